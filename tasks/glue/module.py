@@ -1,0 +1,84 @@
+"""Sentence(-pair) classification and regression: encoder -> fusion -> pooling -> linear head."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from sesame.heads.classifier import SequenceClassifierHead
+from sesame.heads.pooling import PoolerPooling, build_pooling
+from sesame.tasks.glue.data import sentence_task_spec
+from sesame.tasks.glue.metrics import compute_metrics
+from sesame.tasks.glue.submission import submission_tsv
+from sesame.tasks.module import EncoderTaskModule
+
+
+class SentenceClassificationModule(EncoderTaskModule):
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
+        super().__init__(cfg)
+        self.spec = sentence_task_spec(self.cfg)
+        labels = self.cfg.data.get("label_names") or self.spec.labels
+        self.label_names = None if self.spec.is_regression else [str(n) for n in labels]
+        self.pooling = build_pooling(self.cfg.pooling.name, self.feature_size)
+        if isinstance(self.pooling, PoolerPooling):
+            pooler = getattr(self.encoder.model, "pooler", None)
+            if pooler is None:
+                raise ValueError(
+                    f"pooling=pooler, but {self.cfg.encoder.name_or_path} has no pooler; use pooling=cls or mean"
+                )
+            self.pooling.load_from(pooler)
+        num_labels = 1 if self.label_names is None else len(self.label_names)
+        self.head = SequenceClassifierHead(self.pooling.output_size, num_labels, dropout=self.cfg.head.dropout)
+        self.main_metric = f"val_{self.spec.metrics[0]}"
+        self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Logits [B, num_labels] ([B, 1] for regression)."""
+        return self.head(self.pooling(self.encode(batch), batch["attention_mask"]))
+
+    def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.head.loss(self(batch), batch["labels"])
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def _predict(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.squeeze(-1) if self.head.is_regression else logits.argmax(dim=-1)
+
+    def _eval_step(self, batch: Mapping[str, torch.Tensor], stage: str) -> None:
+        logits = self(batch)
+        labels = batch.get("labels")
+        if labels is not None:
+            self.log(f"{stage}_loss", self.head.loss(logits, labels), batch_size=logits.shape[0])
+        self._outputs.append((batch["index"].cpu(), self._predict(logits).float().cpu(), None if labels is None else labels.cpu()))
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        if not self._outputs:
+            return
+        index = torch.cat([o[0] for o in self._outputs])
+        preds = torch.cat([o[1] for o in self._outputs])
+        order = index.argsort()
+        index, preds = index[order], preds[order]
+        if self._outputs[0][2] is not None:
+            refs = torch.cat([o[2] for o in self._outputs])[order]
+            metrics = compute_metrics(self.spec.metrics, preds.numpy(), refs.numpy().astype(preds.numpy().dtype))
+            for name, value in metrics.items():
+                self.log(f"{stage}_{name}", value, prog_bar=True)
+        self.write_text(
+            f"{stage}_{self.spec.submission_name}.tsv", submission_tsv(index.tolist(), preds.tolist(), self.label_names)
+        )
+        self._outputs.clear()
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")

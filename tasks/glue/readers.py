@@ -1,0 +1,137 @@
+"""Read sentence(-pair) data into a ``datasets.Dataset`` with columns ``index, text_a[, text_b], label``.
+
+GLUE TSVs are read with quoting off (their sentences hold unbalanced quotes); any CSV/TSV/JSON-lines
+file with named columns goes through ``datasets.load_dataset``. Errors name the file, the line or
+column, and the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from sesame.tasks.glue.specs import GlueTaskSpec
+
+csv.field_size_limit(1 << 24)
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be read as configured; the message says where and what to do."""
+
+
+def _check_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileError(f"{path}: no such file (check data.train_file / data.validation_file / data.test_file)")
+    if path.stat().st_size == 0:
+        raise DataFileError(f"{path}: the file is empty")
+    return path
+
+
+def _column_index(header: list[str] | None, column: str | int, path: Path) -> int | None:
+    if isinstance(column, int):
+        return column
+    if header is None or column not in header:
+        return None
+    return header.index(column)
+
+
+def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = True) -> datasets.Dataset:
+    """One GLUE TSV. Without a label column (a test file) the label column is ``None``."""
+    path = _check_file(path)
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    header = rows.pop(0) if spec.has_header else None
+    col_a = _column_index(header, spec.text_a, path)
+    col_b = _column_index(header, spec.text_b, path) if spec.text_b is not None else None
+    col_label = _column_index(header, spec.label, path)
+    missing = [name for name, col in (("text", col_a), ("label", col_label)) if col is None]
+    if spec.text_b is not None and col_b is None:
+        missing.append("text pair")
+    if missing and not (missing == ["label"] and not require_labels):
+        wanted = {"text": spec.text_a, "text pair": spec.text_b, "label": spec.label}
+        raise DataFileError(
+            f"{path}: header {header} lacks the {', '.join(repr(wanted[m]) for m in missing)} column(s) that "
+            "this GLUE task needs; is data.task_name right for this file?"
+        )
+    width = max(c for c in (col_a, col_b, col_label) if c is not None) + 1
+    text_a, text_b, labels = [], [], []
+    first_line = 2 if header is not None else 1
+    for line_no, row in enumerate(rows, start=first_line):
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) < width:
+            raise DataFileError(
+                f"{path}:{line_no}: {len(row)} tab-separated fields, expected at least {width}; "
+                "fix or remove this line"
+            )
+        text_a.append(row[col_a])
+        if col_b is not None:
+            text_b.append(row[col_b])
+        labels.append(row[col_label].strip() if col_label is not None else None)
+    if not text_a:
+        raise DataFileError(f"{path}: no examples (only a header?)")
+    columns: dict[str, list[Any]] = {"index": list(range(len(text_a))), "text_a": text_a}
+    if col_b is not None:
+        columns["text_b"] = text_b
+    columns["label"] = encode_labels(labels, spec.labels, path, first_line)
+    return datasets.Dataset.from_dict(columns)
+
+
+def encode_labels(
+    raw: list[Any], label_names: tuple[str, ...] | None, path: Path, first_line: int = 1
+) -> list[Any]:
+    """Label names -> class ids (or floats for regression); ``None`` stays ``None`` (unlabelled)."""
+    if label_names is None:
+        out = []
+        for i, value in enumerate(raw):
+            try:
+                out.append(None if value is None else float(value))
+            except ValueError:
+                raise DataFileError(
+                    f"{path}:{i + first_line}: label {value!r} is not a number, and this task is a regression"
+                ) from None
+        return out
+    ids = {name: i for i, name in enumerate(label_names)}
+    out = []
+    for i, value in enumerate(raw):
+        if value is None:
+            out.append(None)
+            continue
+        key = str(value).strip()
+        if key not in ids:
+            raise DataFileError(
+                f"{path}:{i + first_line}: unknown label {value!r}; this task's labels are {list(label_names)} "
+                "(fix the file, or set data.label_names for a custom dataset)"
+            )
+        out.append(ids[key])
+    return out
+
+
+def read_table(
+    path: str | Path, text_column: str, text_pair_column: str | None, label_column: str
+) -> tuple[datasets.Dataset, Path]:
+    """Any CSV, TSV or JSON-lines file with named columns (raw labels, not yet encoded)."""
+    path = _check_file(path)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        builder, kwargs = "json", {}
+    elif suffix in (".csv", ".tsv", ".txt"):
+        builder, kwargs = "csv", {"delimiter": "\t" if suffix != ".csv" else ","}
+    else:
+        raise DataFileError(f"{path}: unknown format {suffix!r}; use .csv, .tsv or .jsonl")
+    try:
+        table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    except Exception as err:  # datasets wraps parser errors in several types
+        raise DataFileError(f"{path}: could not be parsed as {builder}: {err}") from err
+    wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]
+    missing = [c for c in wanted if c not in table.column_names]
+    if missing:
+        raise DataFileError(
+            f"{path}: missing column(s) {missing}; it has {table.column_names}. "
+            "Set data.text_column / data.text_pair_column / data.label_column"
+        )
+    return table, path

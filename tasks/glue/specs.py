@@ -1,0 +1,43 @@
+"""What each GLUE task's TSV holds and how it is scored (``data.task_name``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GlueTaskSpec:
+    """Columns are header names, or 0-based indices for files without a header (CoLA)."""
+
+    text_a: str | int
+    text_b: str | int | None
+    label: str | int
+    labels: tuple[str, ...] | None  # None: regression (float target)
+    metrics: tuple[str, ...]  # the first is the task's main metric
+    submission_name: str  # GLUE leaderboard file name
+    has_header: bool = True
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+
+GLUE_TASKS: dict[str, GlueTaskSpec] = {
+    "cola": GlueTaskSpec(3, None, 1, ("0", "1"), ("matthews_correlation",), "CoLA", has_header=False),
+    "sst2": GlueTaskSpec("sentence", None, "label", ("0", "1"), ("accuracy",), "SST-2"),
+    "mrpc": GlueTaskSpec("#1 String", "#2 String", "Quality", ("0", "1"), ("f1", "accuracy"), "MRPC"),
+    "qqp": GlueTaskSpec("question1", "question2", "is_duplicate", ("0", "1"), ("f1", "accuracy"), "QQP"),
+    "stsb": GlueTaskSpec("sentence1", "sentence2", "score", None, ("pearson", "spearmanr"), "STS-B"),
+    "mnli": GlueTaskSpec(
+        "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"), ("accuracy",), "MNLI"
+    ),
+    "qnli": GlueTaskSpec("question", "sentence", "label", ("entailment", "not_entailment"), ("accuracy",), "QNLI"),
+    "rte": GlueTaskSpec("sentence1", "sentence2", "label", ("entailment", "not_entailment"), ("accuracy",), "RTE"),
+    "wnli": GlueTaskSpec("sentence1", "sentence2", "label", ("0", "1"), ("accuracy",), "WNLI"),
+}
+
+
+def glue_spec(task_name: str) -> GlueTaskSpec:
+    if task_name not in GLUE_TASKS:
+        raise ValueError(f"data.task_name={task_name!r} is not a GLUE task; use one of {', '.join(GLUE_TASKS)}")
+    return GLUE_TASKS[task_name]

@@ -1,0 +1,95 @@
+"""One training run: data -> module -> Lightning fit/validate/test -> files in the run folder.
+
+The console scripts compose the config and call :func:`train`; tests call it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import get_class
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import DictConfig, OmegaConf
+
+from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
+from sesame.tasks.checkpointing import AtomicCheckpointIO, checkpoint_callback, resolve_resume
+from sesame.tasks.encoder import load_tokenizer
+from sesame.tasks.module import EncoderTaskModule
+
+log = logging.getLogger(__name__)
+
+
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    tokenizer = load_tokenizer(cfg.encoder)
+    return get_class(cfg.task.datamodule)(cfg, tokenizer)
+
+
+def config_with_data(cfg: DictConfig, datamodule: L.LightningDataModule) -> DictConfig:
+    """Merge what the data decides (label sets) into the config the module is built from."""
+    updates = datamodule.config_updates() if hasattr(datamodule, "config_updates") else {}
+    return OmegaConf.merge(cfg, updates) if updates else cfg
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None) -> L.Trainer:
+    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    callbacks = [checkpoint_callback(run_dir, monitor), *(extra_callbacks or [])]
+    return L.Trainer(
+        **kwargs,
+        default_root_dir=str(run_dir),
+        callbacks=callbacks,
+        logger=CSVLogger(save_dir=str(run_dir), name="logs", version=""),
+        plugins=[AtomicCheckpointIO()],
+    )
+
+
+def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Lightning's per-dataloader result dicts -> one flat ``{name: float}``."""
+    out: dict[str, float] = {}
+    for result in results:
+        for key, value in result.items():
+            value = float(value)
+            out[key.split("/dataloader_idx_")[0] if len(results) == 1 else key] = value if math.isfinite(value) else None
+    return out
+
+
+def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+    """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    datamodule = build_datamodule(cfg)
+    datamodule.setup("fit")
+    cfg = config_with_data(cfg, datamodule)
+    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    module: EncoderTaskModule = get_class(cfg.task.module)(cfg)
+    module.output_dir = run_dir
+    has_validation = datamodule.has_split("validation")
+    trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None)
+
+    ckpt_path = resolve_resume(cfg.get("resume"), run_dir)
+    if not datamodule.has_split("train"):
+        raise ValueError("sesame-train needs data.train_file; to evaluate a checkpoint use sesame-eval")
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+
+    metrics: dict[str, float] = {}
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    eval_ckpt = best if best and Path(best).is_file() else None
+    if has_validation:
+        metrics.update(flat_metrics(trainer.validate(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))
+    if datamodule.has_split("test"):
+        metrics.update(flat_metrics(trainer.test(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))
+    finish_run(module, metrics, run_dir)
+    return metrics
+
+
+def finish_run(module: EncoderTaskModule, metrics: dict[str, float], run_dir: Path) -> None:
+    """Let the module add what it learned (e.g. scalar-mix weights), then write ``metrics.json``."""
+    if hasattr(module, "final_metrics"):
+        metrics.update(module.final_metrics())
+    write_json_atomic(run_dir / "metrics.json", metrics)
+    print(json.dumps(metrics, indent=2, sort_keys=True))

@@ -1,0 +1,81 @@
+"""Shared fixtures: a tiny random BERT (a few thousand parameters) with a real WordPiece tokenizer,
+and the real Hydra config composed with overrides."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
+
+from sesame.tasks.paths import register_resolvers, shipped_path
+
+register_resolvers()
+
+
+def _corpus() -> list[str]:
+    lines: list[str] = []
+    for rel in ("glue/sst2/train.2k.tsv", "wnut17/train.1k.conll", "squad_v1/dev.slice.json"):
+        lines += Path(shipped_path(rel)).read_text(encoding="utf-8").splitlines()
+    return lines
+
+
+def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16, vocab_size: int = 400) -> Path:
+    """Save a random BertModel and a fast WordPiece tokenizer trained on shipped text into ``folder``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(_corpus(), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_input_names=["input_ids", "token_type_ids", "attention_mask"], unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]"
+    )
+    fast.model_max_length = 512
+    config = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=hidden,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="session")
+def make_cfg(tiny_bert_dir: Path) -> Callable[..., DictConfig]:
+    """``make_cfg("task=glue", "finetune=frozen", ...)``: the real config, tiny encoder, a few batches."""
+
+    def make(*overrides: str, tiny: bool = True) -> DictConfig:
+        base = ["trainer=debug", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
+        if tiny:
+            base.append(f"encoder.name_or_path={tiny_bert_dir}")
+        with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+            return compose(config_name="config", overrides=[*base, *overrides])
+
+    return make

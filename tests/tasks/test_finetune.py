@@ -1,0 +1,74 @@
+"""frozen / full / top_k: which weights change, and the optimiser groups."""
+
+import lightning as L
+import pytest
+import torch
+
+from sesame.tasks.finetune import FinetuneSettings, parameter_groups
+from sesame.tasks.glue.module import SentenceClassificationModule
+from sesame.tasks.runner import build_datamodule, config_with_data
+
+
+def _fit(cfg, steps: int = 3):
+    L.seed_everything(0)
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    cfg = config_with_data(cfg, dm)
+    module = SentenceClassificationModule(cfg)
+    before = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    trainer = L.Trainer(
+        max_steps=steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(module, train_dataloaders=dm.train_dataloader())
+    return module, before
+
+
+def _changed(module, before, prefix):
+    after = module.state_dict()
+    return {k for k in before if k.startswith(prefix) and not torch.equal(before[k], after[k])}
+
+
+def test_frozen_keeps_every_encoder_tensor_bit_identical(make_cfg):
+    module, before = _fit(make_cfg("finetune=frozen"))
+    assert _changed(module, before, "encoder.") == set()
+    assert _changed(module, before, "head.") == {"head.classifier.weight", "head.classifier.bias"}
+    assert all(p.grad is None for p in module.encoder.parameters())
+
+
+def test_full_changes_the_encoder(make_cfg):
+    module, before = _fit(make_cfg("finetune=full"))
+    changed = _changed(module, before, "encoder.")
+    assert any(".layer.0." in k for k in changed) and any("embeddings" in k for k in changed)
+
+
+def test_top_k_trains_only_the_top_layers(make_cfg):
+    module, before = _fit(make_cfg("finetune=top_k", "finetune.top_k=1"))
+    changed = _changed(module, before, "encoder.")
+    assert changed and all(".layer.3." in k or "pooler" in k for k in changed)
+
+
+def test_frozen_encoder_keeps_dropout_off_while_the_head_trains(make_cfg):
+    cfg = make_cfg("finetune=frozen")
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    module = SentenceClassificationModule(config_with_data(cfg, dm))
+    module.train()
+    assert module.head.training and not module.encoder.training
+    assert not any(m.training for m in module.encoder.modules())
+    full = SentenceClassificationModule(config_with_data(make_cfg("finetune=full"), dm))
+    assert full.encoder.model.training, "full fine-tuning must train with dropout on"
+
+
+def test_no_decay_for_biases_and_norms():
+    layer = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    decay, no_decay = parameter_groups(layer.named_parameters(), lr=1e-3, weight_decay=0.1)
+    assert [p.shape for p in decay["params"]] == [torch.Size([3, 3])]
+    assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="finetune.mode"):
+        FinetuneSettings(mode="partial")
+    with pytest.raises(ValueError, match="top_k"):
+        FinetuneSettings(mode="top_k", top_k=0)
