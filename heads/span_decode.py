@@ -1,0 +1,263 @@
+"""Vectorised span decoding for extractive QA (SQuAD v1.1 / v2.0).
+
+Per window (one tokenised question + context chunk) the score of span (s, e) is
+``start_logits[s] + end_logits[e]``, allowed when both ends are context tokens and
+``0 <= e - s < max_answer_length``. Instead of the T x T matrix we gather the end logits of the
+band ``e = s + 0 .. s + L - 1`` (an ``unfold`` view): scores are [N, T, L].
+
+Candidates of all windows of one question are then merged, ranked by raw ``start + end`` logit
+score (as BERT's ``run_squad`` and HF ``run_qa`` do; logits are not normalised per window).
+
+Tie-breaking (total order, the same in every step, which makes the output deterministic):
+    1. higher score,
+    2. earlier character start in the context,
+    3. earlier character end (shorter span),
+    4. earlier window (order of the input rows),
+    5. earlier start token, then earlier end token.
+A character span found in several (overlapping) windows is listed once, with its best-ranked
+occurrence. Exactness caveat: the per-window top-k assumes distinct token spans of one window map
+to distinct character spans, true for tokenizers with strictly increasing offsets (WordPiece,
+SentencePiece); with byte-level BPE splitting one character into several tokens a window may
+contribute fewer than ``n_best_size`` distinct spans.
+
+SQuAD v2: the null score of a window is ``start[0] + end[0]`` ([CLS]); a question's null score is
+the minimum over its windows (HF ``run_qa``), and ``null_score_diff = null - best span score``. The
+answer is ``""`` when ``null_score_diff > null_score_diff_threshold``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass
+class WindowTopSpans:
+    """Best spans of each window, ranked; every tensor is [N, K]."""
+
+    score: Tensor  # start_logit + end_logit, -inf where there is no valid span
+    start: Tensor  # start token index
+    end: Tensor  # end token index (inclusive)
+    start_logit: Tensor
+    end_logit: Tensor
+
+    @property
+    def valid(self) -> Tensor:
+        """[N, K] bool: the entry is a real span."""
+        return torch.isfinite(self.score)
+
+
+@dataclass
+class QuestionPrediction:
+    """Decoded answer of one question.
+
+    ``text`` is the final answer ("" when SQuAD v2 predicts no answer); ``best_span_text`` the best
+    non-null span whatever the null score. ``nbest`` is ranked by score, each entry
+    ``{text, start_logit, end_logit, score, probability, char_start, char_end}`` (probability =
+    softmax over the listed scores; the v2 null entry has ``text == ""`` and char offsets -1).
+    """
+
+    id: str
+    text: str
+    best_span_text: str
+    best_score: float
+    nbest: list[dict] = field(default_factory=list)
+    null_score: float | None = None
+    null_score_diff: float | None = None
+
+
+def top_spans_per_window(
+    start_logits: Tensor,
+    end_logits: Tensor,
+    context_mask: Tensor,
+    max_answer_length: int,
+    n_best_size: int,
+    offsets: Tensor | None = None,
+) -> WindowTopSpans:
+    """Top ``n_best_size`` spans of every window, without materialising T x T.
+
+    Args:
+        start_logits, end_logits: [N, T] float.
+        context_mask: [N, T] bool, True on context tokens (the only allowed span ends).
+        max_answer_length: L; spans with ``e - s + 1 > L`` are excluded.
+        n_best_size: K.
+        offsets: optional [N, T, 2] char offsets. When given, equal scores are ordered by
+            (char start, char end, start token, end token); otherwise by (start token, end token).
+            For monotone offsets both orders agree.
+
+    Returns:
+        :class:`WindowTopSpans` with [N, K'] tensors, K' = min(K, T * L).
+    """
+    n, t = start_logits.shape
+    band = max(1, min(int(max_answer_length), t))
+    # float64: sums of fp32 logits are then exact, so rankings match a Python-float reference.
+    neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=start_logits.device)
+    ctx = context_mask.bool()
+    start_m = torch.where(ctx, start_logits.double(), neg_inf)  # [N, T]
+    end_m = torch.where(ctx, end_logits.double(), neg_inf)
+    # end_band[n, s, l] = end_m[n, s + l]; the -inf tail covers s + l >= T.
+    end_pad = torch.cat([end_m, neg_inf.expand(n, band - 1)], dim=1)  # [N, T + L - 1]
+    end_band = end_pad.unfold(1, band, 1)  # [N, T, L] view, no copy
+    scores = (start_m.unsqueeze(-1) + end_band).reshape(n, t * band)  # flat index = s * L + l
+
+    if offsets is not None:
+        # Stable sort by (char start, char end) first; the flat order already encodes (s, e), and the
+        # stable sort by score below keeps both as tie-breakers.
+        char_start = offsets[..., 0].long().clamp_min(0)  # [N, T]
+        char_end = offsets[..., 1].long().clamp_min(0)
+        width = int(char_end.max().item()) + 2 if char_end.numel() else 2
+        end_char_pad = torch.cat([char_end, char_end.new_zeros(n, band - 1)], dim=1)
+        secondary = (char_start.unsqueeze(-1) * width + end_char_pad.unfold(1, band, 1)).reshape(n, t * band)
+        perm = torch.sort(secondary, dim=1, stable=True).indices
+        order = torch.sort(scores.gather(1, perm), dim=1, descending=True, stable=True).indices
+        flat = perm.gather(1, order)
+    else:
+        flat = torch.sort(scores, dim=1, descending=True, stable=True).indices
+
+    k = min(int(n_best_size), t * band)
+    flat = flat[:, :k]
+    start = torch.div(flat, band, rounding_mode="floor")
+    end = start + flat % band
+    top_score = scores.gather(1, flat)
+    return WindowTopSpans(
+        score=top_score,
+        start=start,
+        end=end,
+        start_logit=start_logits.double().gather(1, start),
+        end_logit=end_logits.double().gather(1, end.clamp_max(t - 1)),  # invalid entries may point past T
+    )
+
+
+def _softmax(scores: Sequence[float]) -> list[float]:
+    x = np.asarray(scores, dtype=np.float64)
+    if x.size == 0:
+        return []
+    x = np.exp(x - x.max())
+    return (x / x.sum()).tolist()
+
+
+def decode_predictions(
+    start_logits: Tensor,
+    end_logits: Tensor,
+    offsets: Tensor,
+    example_index: Tensor | Sequence[int],
+    contexts: Sequence[str],
+    example_ids: Sequence[str],
+    *,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    allow_null: bool = False,
+    null_score_diff_threshold: float = 0.0,
+    context_mask: Tensor | None = None,
+    chunk_size: int = 256,
+) -> dict[str, QuestionPrediction]:
+    """Decode the answers of all questions from their windows' logits.
+
+    Args:
+        start_logits, end_logits: [N, T] logits of N windows (padded to a common T).
+        offsets: [N, T, 2] int char offsets of each token in its example's context, -1 on
+            non-context and padding positions.
+        example_index: [N] index into ``contexts``/``example_ids`` of each window's question.
+            Windows of one question are taken in row order (= document order when rows are in
+            feature order); the rows of different questions may interleave.
+        contexts, example_ids: per question (length E).
+        n_best_size: spans kept per question (and per window before merging).
+        max_answer_length: longest span, in tokens.
+        allow_null: SQuAD v2 null handling (position 0 is the null pointer).
+        null_score_diff_threshold: answer "" when ``null_score_diff`` exceeds it (v2 only).
+        context_mask: [N, T] bool; defaults to ``offsets[..., 0] >= 0``.
+        chunk_size: windows scored at once (bounds memory to chunk_size x T x L floats).
+
+    Returns:
+        ``{example_id: QuestionPrediction}`` for every question with at least one window.
+    """
+    if start_logits.shape != end_logits.shape or start_logits.dim() != 2:
+        raise ValueError(f"start/end logits must both be [N, T]; got {tuple(start_logits.shape)} and {tuple(end_logits.shape)}")
+    if offsets.shape[:2] != start_logits.shape:
+        raise ValueError(f"offsets must be [N, T, 2] matching the logits; got {tuple(offsets.shape)}")
+    if context_mask is None:
+        context_mask = offsets[..., 0] >= 0
+    ex_index = torch.as_tensor(example_index).long().tolist()
+    n = start_logits.shape[0]
+    if len(ex_index) != n:
+        raise ValueError(f"example_index has {len(ex_index)} entries for {n} windows")
+
+    # Per-window top-k spans (vectorised, chunked), then plain lists for the small merge loop.
+    scores, starts, ends, s_logits, e_logits = [], [], [], [], []
+    for lo in range(0, n, chunk_size):
+        sl = slice(lo, lo + chunk_size)
+        top = top_spans_per_window(
+            start_logits[sl], end_logits[sl], context_mask[sl], max_answer_length, n_best_size, offsets[sl]
+        )
+        scores += top.score.tolist()
+        starts += top.start.tolist()
+        ends += top.end.tolist()
+        s_logits += top.start_logit.tolist()
+        e_logits += top.end_logit.tolist()
+    off = offsets.long().tolist()
+    if allow_null:
+        null_start = start_logits[:, 0].double().tolist()
+        null_end = end_logits[:, 0].double().tolist()
+
+    windows_of: dict[int, list[int]] = {}
+    for row, ex in enumerate(ex_index):
+        windows_of.setdefault(ex, []).append(row)
+
+    results: dict[str, QuestionPrediction] = {}
+    for ex, rows in windows_of.items():
+        context = contexts[ex]
+        cands = []  # (sort key, char span, start_logit, end_logit)
+        null = None  # (score, start_logit, end_logit) of the min-null window
+        for rank, row in enumerate(rows):
+            for j, score in enumerate(scores[row]):
+                if score == float("-inf"):
+                    break  # rows are sorted: the rest are invalid too
+                s, e = starts[row][j], ends[row][j]
+                cs, ce = off[row][s][0], off[row][e][1]
+                cands.append(((-score, cs, ce, rank, s, e), (cs, ce), s_logits[row][j], e_logits[row][j]))
+            if allow_null:
+                ns = null_start[row] + null_end[row]
+                if null is None or ns < null[0]:  # strict: earliest window wins ties
+                    null = (ns, null_start[row], null_end[row])
+        cands.sort(key=lambda c: c[0])
+
+        nbest: list[dict] = []
+        seen: set[tuple[int, int]] = set()
+        for key, span, sl_, el_ in cands:
+            if span in seen:
+                continue
+            seen.add(span)
+            nbest.append(
+                {"text": context[span[0] : span[1]], "start_logit": sl_, "end_logit": el_, "score": -key[0],
+                 "char_start": span[0], "char_end": span[1]}
+            )
+            if len(nbest) == n_best_size:
+                break
+        best_text = nbest[0]["text"] if nbest else ""
+        best_score = nbest[0]["score"] if nbest else float("-inf")
+
+        null_score = null_diff = None
+        answer = best_text
+        if allow_null and null is not None:
+            null_score = null[0]
+            null_diff = null_score - best_score if nbest else math.inf
+            if null_diff > null_score_diff_threshold:
+                answer = ""
+            null_entry = {"text": "", "start_logit": null[1], "end_logit": null[2], "score": null_score,
+                          "char_start": -1, "char_end": -1}
+            # Listed among the spans by score; after spans of equal score.
+            pos = next((i for i, c in enumerate(nbest) if c["score"] < null_score), len(nbest))
+            nbest.insert(pos, null_entry)
+        for entry, p in zip(nbest, _softmax([c["score"] for c in nbest])):
+            entry["probability"] = p
+
+        results[example_ids[ex]] = QuestionPrediction(
+            id=example_ids[ex], text=answer, best_span_text=best_text, best_score=best_score,
+            nbest=nbest, null_score=null_score, null_score_diff=null_diff,
+        )
+    return results

@@ -1,0 +1,245 @@
+"""SQuAD v1.1 and v2.0 metrics, following the official evaluation scripts.
+
+v1.1 (``evaluate-v1.1.py``): exact match and token F1 after :func:`normalize_answer`, max over the
+gold answers, averaged over *all* questions (a missing prediction scores 0), on a 0-100 scale.
+
+v2.0 (``evaluate-v2.0.py``): gold answers that normalise to "" are dropped and a question without
+answers has gold ``[""]``; F1 of two empty token lists is 1. A question whose no-answer
+probability exceeds ``na_prob_thresh`` counts as predicting "". Reports the HasAns/NoAns breakdown
+and ``best_exact``/``best_f1`` (with their thresholds) over the no-answer probabilities. Unlike the
+official script, (1) a missing prediction scores 0 instead of crashing the breakdown, (2) the
+best-threshold keys are always reported (with no-answer probabilities defaulting to 0, as HF
+``evaluate``'s squad_v2 does), and (3) the overall exact score is named ``exact_match`` (like v1.1).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import evaluate
+
+log = logging.getLogger(__name__)
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower text and remove punctuation, articles and extra whitespace (official order)."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def get_tokens(s: str) -> list[str]:
+    return normalize_answer(s).split() if s else []
+
+
+def exact_match_score(prediction: str, ground_truth: str) -> int:
+    """1 if the normalised strings are equal."""
+    return int(normalize_answer(prediction) == normalize_answer(ground_truth))
+
+
+def f1_score_v1(prediction: str, ground_truth: str) -> float:
+    """v1.1 token F1: 0 when nothing is shared (so an empty prediction scores 0)."""
+    pred_toks = normalize_answer(prediction).split()
+    gold_toks = normalize_answer(ground_truth).split()
+    num_same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(pred_toks)
+    recall = num_same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_score_v2(prediction: str, ground_truth: str) -> float:
+    """v2.0 token F1: if either side is empty, 1 when both are empty, else 0."""
+    pred_toks, gold_toks = get_tokens(prediction), get_tokens(ground_truth)
+    if not pred_toks or not gold_toks:
+        return float(pred_toks == gold_toks)
+    num_same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(pred_toks)
+    recall = num_same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def iter_questions(dataset: Sequence[Mapping[str, Any]]) -> Iterable[tuple[str, list[str]]]:
+    """``(id, gold answer texts)`` for every question of a SQuAD ``data`` list (articles)."""
+    for article in dataset:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                yield qa["id"], [a["text"] for a in qa.get("answers") or []]
+
+
+def squad_v1(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> dict[str, float]:
+    """Official v1.1 scores.
+
+    Args:
+        gold: ``{question id: [gold answer texts]}`` (every question counts in the total).
+        predictions: ``{question id: answer text}``.
+
+    Returns:
+        ``{"exact_match": 0-100, "f1": 0-100}``.
+    """
+    em = f1 = 0.0
+    missing = 0
+    for qid, answers in gold.items():
+        if qid not in predictions:
+            missing += 1
+            continue
+        pred = predictions[qid]
+        em += max(exact_match_score(pred, a) for a in answers)
+        f1 += max(f1_score_v1(pred, a) for a in answers)
+    if missing:
+        log.warning("%d of %d questions have no prediction and score 0", missing, len(gold))
+    total = len(gold)
+    if total == 0:
+        raise ValueError("no questions to score")
+    return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total}
+
+
+def raw_scores_v2(
+    gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-question exact and F1 (0/1 scale) before any no-answer threshold; missing = 0."""
+    exact, f1 = {}, {}
+    for qid, answers in gold.items():
+        golds = [a for a in answers if normalize_answer(a)] or [""]
+        if qid not in predictions:
+            exact[qid] = f1[qid] = 0.0
+            continue
+        pred = predictions[qid]
+        exact[qid] = float(max(exact_match_score(pred, a) for a in golds))
+        f1[qid] = max(f1_score_v2(pred, a) for a in golds)
+    return exact, f1
+
+
+def apply_no_ans_threshold(
+    scores: Mapping[str, float], na_probs: Mapping[str, float], has_ans: Mapping[str, bool], na_prob_thresh: float
+) -> dict[str, float]:
+    """Questions with ``na_prob > thresh`` count as predicting no answer."""
+    return {
+        qid: float(not has_ans[qid]) if na_probs.get(qid, 0.0) > na_prob_thresh else s for qid, s in scores.items()
+    }
+
+
+def find_best_thresh(
+    predictions: Mapping[str, str], scores: Mapping[str, float], na_probs: Mapping[str, float], has_ans: Mapping[str, bool]
+) -> tuple[float, float]:
+    """Best score (0-100) over no-answer thresholds, and that threshold (official algorithm).
+
+    Start from "answer nothing" (all NoAns right) and walk the questions by increasing na_prob,
+    switching each to its prediction.
+    """
+    cur = best = sum(1 for v in has_ans.values() if not v)
+    best_thresh = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in scores:
+            continue
+        if has_ans[qid]:
+            diff = scores[qid]
+        else:
+            diff = -1 if predictions.get(qid) else 0
+        cur += diff
+        if cur > best:
+            best, best_thresh = cur, na_probs[qid]
+    return 100.0 * best / len(scores), best_thresh
+
+
+def squad_v2(
+    gold: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
+    """Official v2.0 scores.
+
+    Args:
+        gold: ``{question id: [gold answer texts]}``; an empty list = unanswerable.
+        predictions: ``{question id: answer text}`` ("" = no answer).
+        na_probs: ``{question id: no-answer probability / null odds}``; default 0 for all.
+        na_prob_thresh: predict "" where ``na_prob > na_prob_thresh``.
+
+    Returns:
+        ``exact_match, f1, total, HasAns_exact, HasAns_f1, HasAns_total, NoAns_exact, NoAns_f1,
+        NoAns_total`` (present only when such questions exist) and ``best_exact,
+        best_exact_thresh, best_f1, best_f1_thresh``; scores on 0-100.
+    """
+    if not gold:
+        raise ValueError("no questions to score")
+    missing = sum(1 for qid in gold if qid not in predictions)
+    if missing:
+        log.warning("%d of %d questions have no prediction and score 0", missing, len(gold))
+    if na_probs is None:
+        na_probs = {qid: 0.0 for qid in predictions}
+    has_ans = {qid: bool(answers) for qid, answers in gold.items()}
+    exact_raw, f1_raw = raw_scores_v2(gold, predictions)
+    exact = apply_no_ans_threshold(exact_raw, na_probs, has_ans, na_prob_thresh)
+    f1 = apply_no_ans_threshold(f1_raw, na_probs, has_ans, na_prob_thresh)
+
+    def summary(qids: list[str]) -> dict[str, float]:
+        return {
+            "exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
+            "f1": 100.0 * sum(f1[q] for q in qids) / len(qids),
+            "total": len(qids),
+        }
+
+    overall = summary(list(gold))
+    out: dict[str, float] = {"exact_match": overall["exact"], "f1": overall["f1"], "total": overall["total"]}
+    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+        qids = [q for q, v in has_ans.items() if v is wanted]
+        if qids:
+            out.update({f"{prefix}_{k}": v for k, v in summary(qids).items()})
+    # Only questions with a prediction take part in the threshold search (as officially).
+    probs = {q: p for q, p in na_probs.items() if q in gold}
+    out["best_exact"], out["best_exact_thresh"] = find_best_thresh(predictions, exact_raw, probs, has_ans)
+    out["best_f1"], out["best_f1_thresh"] = find_best_thresh(predictions, f1_raw, probs, has_ans)
+    return out
+
+
+def gold_from_dataset(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """``{id: [answer texts]}`` from a SQuAD JSON object (``{"data": [...]}``) or its ``data`` list."""
+    data = dataset["data"] if isinstance(dataset, Mapping) else dataset
+    return dict(iter_questions(data))
+
+
+def compute(
+    version: str,
+    gold: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
+    """Dispatch on ``version`` ("squad_v1" / "squad_v2", also "v1"/"v2"/"1.1"/"2.0")."""
+    v = normalize_version(version)
+    if v == "squad_v1":
+        return squad_v1(gold, predictions)
+    return squad_v2(gold, predictions, na_probs, na_prob_thresh)
+
+
+def normalize_version(version: str) -> str:
+    aliases = {"squad_v1": "squad_v1", "v1": "squad_v1", "1.1": "squad_v1", "v1.1": "squad_v1", "squad": "squad_v1",
+               "squad_v2": "squad_v2", "v2": "squad_v2", "2.0": "squad_v2", "v2.0": "squad_v2"}
+    try:
+        return aliases[str(version).lower()]
+    except KeyError:
+        raise ValueError(f"unknown SQuAD version {version!r}; use 'squad_v1' or 'squad_v2'") from None
+
+
+def load_metric(version: str) -> evaluate.EvaluationModule:
+    """The local ``evaluate`` metric module for ``version`` (loaded offline from this package)."""
+    from pathlib import Path
+
+    import evaluate  # deferred: importing evaluate is slow and only this helper needs it
+
+    folder = Path(__file__).parent / "evaluate_metrics" / normalize_version(version)
+    return evaluate.load(str(folder))

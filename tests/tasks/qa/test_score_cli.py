@@ -1,0 +1,68 @@
+"""sesame-score: JSON output equal to the metric functions, and clear failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sesame.tasks.cli.score import main
+from sesame.tasks.qa.metrics import gold_from_dataset, squad_v1, squad_v2
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_v1_scores(capsys, write_json, real_dev_v1):
+    gold = gold_from_dataset(real_dev_v1)
+    preds = {q: (a[0] if i % 3 else "wrong") for i, (q, a) in enumerate(gold.items())}
+    code, out, _ = run(capsys, "squad_v1", write_json(preds, "p.json"), write_json(real_dev_v1, "d.json"))
+    assert code == 0
+    result = json.loads(out)
+    assert result == pytest.approx(squad_v1(gold, preds)) and set(result) == {"exact_match", "f1"}
+    assert 50 < result["exact_match"] < 80
+
+
+def test_v2_scores_with_null_odds(capsys, write_json, real_dev_v2):
+    gold = gold_from_dataset(real_dev_v2)
+    preds = {q: (a[0] if a else "") if i % 4 else "x" for i, (q, a) in enumerate(gold.items())}
+    odds = {q: float(i % 5) - 2 for i, q in enumerate(gold)}
+    args = ["squad_v2", write_json(preds, "p.json"), write_json(real_dev_v2, "d.json"),
+            "--na-prob-file", write_json(odds, "odds.json"), "--na-prob-thresh", "1.5"]
+    code, out, _ = run(capsys, *args)
+    result = json.loads(out)
+    assert code == 0 and result == pytest.approx(squad_v2(gold, preds, odds, 1.5))
+    for key in ("HasAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh", "best_exact_thresh"):
+        assert key in result
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda w, d: ["squad_v1", "/missing/p.json", w(d, "d.json")], "predictions file not found"),
+        (lambda w, d: ["squad_v1", w("{oops", "p.json"), w(d, "d.json")], "not valid JSON"),
+        (lambda w, d: ["squad_v1", w(["a"], "p.json"), w(d, "d.json")], "must hold a JSON object"),
+        (lambda w, d: ["squad_v1", w({"q": 3}, "p.json"), w(d, "d.json")], "wrong type"),
+        (lambda w, d: ["squad_v1", w({}, "p.json"), w({"x": 1}, "d.json")], "not SQuAD format"),
+        (lambda w, d: ["squad_v1", w({}, "p.json"), w(d, "d.json"), "--na-prob-file", w({}, "n.json")], "only applies to squad_v2"),
+    ],
+)
+def test_bad_input_exits_2_with_message(capsys, write_json, real_dev_v1, setup, message):
+    with pytest.raises(SystemExit) as info:
+        main([str(a) for a in setup(write_json, real_dev_v1)])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_help_and_entry_point():
+    out = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.score", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for text in ("squad_v1", "--na-prob-file", "--na-prob-thresh", "PREDICTIONS.json", "best_f1_thresh"):
+        assert text in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.score", "squad_v9", "p", "d"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
