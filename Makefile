@@ -1,0 +1,26 @@
+# Two commands do all the set-up (see README):
+#   make run    install sesame in .venv (CPU torch) and run the default fine-tuning + evaluation
+#   make test   install if needed and run the test suite offline
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+.PHONY: install run test bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# The CPU build of torch first, so no dependency pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test,plot]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(OFFLINE) $(BIN)/sesame-train $(ARGS)
+
+test: install
+	$(OFFLINE) $(BIN)/python -m pytest -q $(ARGS)

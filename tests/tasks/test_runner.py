@@ -1,0 +1,55 @@
+"""sesame-train's run: files in the run folder, determinism, and the real default encoder end to end."""
+
+import json
+
+import pytest
+import torch
+
+from sesame.tasks.runner import train
+
+
+def test_a_run_writes_config_metrics_checkpoints_and_predictions(make_cfg, tmp_path):
+    metrics = train(make_cfg(), tmp_path)
+    assert set(metrics) >= {"val_accuracy", "val_loss"}
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert (tmp_path / "config.yaml").read_text().count("name_or_path") == 1
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file() and (tmp_path / "checkpoints" / "best.ckpt").is_file()
+    lines = (tmp_path / "val_SST-2.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+    # limit_val_batches=2 at eval_batch_size 128: every evaluated sentence predicted exactly once
+    indices = [int(line.split("\t")[0]) for line in lines[1:]]
+    assert len(indices) == len(set(indices)) == 256
+
+
+def test_the_same_config_twice_gives_the_same_metrics(make_cfg, tmp_path):
+    cfg = make_cfg("seed=7", "finetune=full")
+    assert train(cfg, tmp_path / "a") == train(cfg, tmp_path / "b")
+
+
+def test_a_checkpoint_rebuilds_its_module(make_cfg, tmp_path):
+    from sesame.tasks.glue.module import SentenceClassificationModule
+
+    train(make_cfg(), tmp_path)
+    module = SentenceClassificationModule.load_from_checkpoint(tmp_path / "checkpoints" / "best.ckpt")
+    state = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    torch.testing.assert_close(module.head.classifier.weight, state["head.classifier.weight"])
+    assert module.label_names == ["0", "1"]
+
+
+@pytest.mark.parametrize("fusion", ["second_to_last", "concat_last_4", "scalar_mix"])
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_fusion_and_pooling_compose_from_the_command_line(make_cfg, tmp_path, fusion, pooling):
+    metrics = train(make_cfg(f"fusion={fusion}", f"pooling={pooling}", "finetune=frozen"), tmp_path)
+    assert 0.0 <= metrics["val_accuracy"] <= 1.0
+
+
+def test_the_real_default_encoder_end_to_end(make_cfg, tmp_path):
+    """The shipped MiniLM weights, a handful of real SST-2 sentences, one optimiser step per batch."""
+    cfg = make_cfg(
+        "data.max_train_examples=16", "data.max_eval_examples=32", "data.batch_size=8",
+        "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", tiny=False,
+    )
+    metrics = train(cfg, tmp_path)
+    assert cfg.encoder.name_or_path == "minilm_l6"
+    assert 0.0 <= metrics["val_accuracy"] <= 1.0
+    assert len((tmp_path / "val_SST-2.tsv").read_text().splitlines()) == 33
