@@ -87,7 +87,10 @@ class Encoder(nn.Module):
             kwargs["attn_implementation"] = attn_implementation
         self.name_or_path = name_or_path
         self.config = AutoConfig.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path, **kwargs)
+        self.model, loading_info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
+        # Weights the checkpoint lacks are freshly initialised; a head that would read them (BERT's
+        # pooler) must know, rather than silently use random weights.
+        self.missing_weights: frozenset[str] = frozenset(loading_info.get("missing_keys", ()))
         self.hidden_size: int = int(self.config.hidden_size)
         self.num_hidden_states: int = int(self.config.num_hidden_layers) + 1
         self._takes_token_types = "token_type_ids" in self.model.forward.__code__.co_varnames
@@ -95,6 +98,11 @@ class Encoder(nn.Module):
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Encoder:
         return cls(_get(cfg, "name_or_path"), dtype=_get(cfg, "dtype"), attn_implementation=_get(cfg, "attn_implementation"))
+
+    def has_pretrained(self, prefix: str) -> bool:
+        """Whether ``model.<prefix>`` exists and came from the checkpoint, not a fresh initialisation."""
+        module = self.model.get_submodule(prefix) if hasattr(self.model, prefix) else None
+        return module is not None and not any(k.startswith(prefix + ".") for k in self.missing_weights)
 
     def layers(self) -> nn.ModuleList:
         """The stack of transformer blocks, bottom first (found by shape, so any architecture works)."""

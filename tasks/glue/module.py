@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from sesame.heads.pooling import PoolerPooling, build_pooling
 from sesame.tasks.glue.data import sentence_task_spec
 from sesame.tasks.glue.metrics import compute_metrics
 from sesame.tasks.glue.submission import submission_tsv
+from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.module import EncoderTaskModule
 
 
@@ -24,16 +26,19 @@ class SentenceClassificationModule(EncoderTaskModule):
         self.label_names = None if self.spec.is_regression else [str(n) for n in labels]
         self.pooling = build_pooling(self.cfg.pooling.name, self.feature_size)
         if isinstance(self.pooling, PoolerPooling):
-            pooler = getattr(self.encoder.model, "pooler", None)
-            if pooler is None:
+            if not self.encoder.has_pretrained("pooler"):
                 raise ValueError(
                     f"pooling=pooler, but {self.cfg.encoder.name_or_path} has no pooler; use pooling=cls or mean"
                 )
-            self.pooling.load_from(pooler)
+            self.pooling.load_from(self.encoder.model.pooler)
         num_labels = 1 if self.label_names is None else len(self.label_names)
         self.head = SequenceClassifierHead(self.pooling.output_size, num_labels, dropout=self.cfg.head.dropout)
         self.main_metric = f"val_{self.spec.metrics[0]}"
         self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+
+    def load_hf_head(self, folder: str | Path) -> None:
+        """Load the ``classifier.*`` weights of a Hugging Face ``...ForSequenceClassification`` folder."""
+        load_prefixed_weights(self.head.classifier, folder, "classifier.")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Logits [B, num_labels] ([B, 1] for regression)."""

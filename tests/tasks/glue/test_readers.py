@@ -1,0 +1,59 @@
+"""Reading GLUE TSVs and generic tables: real files, pairs, and bad input with clear errors."""
+
+import pytest
+
+from sesame.tasks.glue.readers import DataFileError, read_glue_tsv, read_table
+from sesame.tasks.glue.specs import glue_spec
+from sesame.tasks.paths import shipped_path
+
+
+def test_real_sst2_dev_reads_whole():
+    ds = read_glue_tsv(shipped_path("glue/sst2/dev.tsv"), glue_spec("sst2"))
+    assert len(ds) == 872 and sum(ds["label"]) == 444  # 444 positive, as SOURCES.md counts
+
+
+def test_pairs_headerless_and_regression(tmp_path):
+    rte = tmp_path / "rte.tsv"
+    rte.write_text('index\tsentence1\tsentence2\tlabel\n0\tA "quoted\tB.\tentailment\n1\tC\tD\tnot_entailment\n')
+    ds = read_glue_tsv(rte, glue_spec("rte"))
+    assert ds["text_a"] == ['A "quoted', "C"] and ds["text_b"] == ["B.", "D"] and ds["label"] == [0, 1]
+    cola = tmp_path / "cola.tsv"
+    cola.write_text("gj04\t1\t\tThe sailors rode.\ngj04\t0\t*\tRode the.\n")
+    assert read_glue_tsv(cola, glue_spec("cola"))["label"] == [1, 0]
+    stsb = tmp_path / "stsb.tsv"
+    stsb.write_text("index\tsentence1\tsentence2\tscore\n0\ta\tb\t4.750\n")
+    assert read_glue_tsv(stsb, glue_spec("stsb"))["label"] == [4.75]
+
+
+@pytest.mark.parametrize(
+    "content, task, message",
+    [
+        ("sentence\tlabel\nfine\t2\n", "sst2", r"bad.tsv:2: unknown label '2'"),
+        ("text\tlabel\nfine\t1\n", "sst2", r"lacks the 'sentence' column"),
+        ("sentence\tlabel\nonly one field\n", "sst2", r"bad.tsv:2: 1 tab-separated fields"),
+        ("index\tsentence1\tsentence2\tscore\n0\ta\tb\thigh\n", "stsb", r"bad.tsv:2: label 'high' is not a number"),
+        ("sentence\tlabel\n", "sst2", r"no examples"),
+        ("", "sst2", r"is empty"),
+    ],
+)
+def test_bad_files_name_file_line_and_fix(tmp_path, content, task, message):
+    path = tmp_path / "bad.tsv"
+    path.write_text(content)
+    with pytest.raises(DataFileError, match=message):
+        read_glue_tsv(path, glue_spec(task))
+
+
+def test_missing_file_and_unknown_task(tmp_path):
+    with pytest.raises(DataFileError, match="no such file"):
+        read_glue_tsv(tmp_path / "nope.tsv", glue_spec("sst2"))
+    with pytest.raises(ValueError, match="not a GLUE task"):
+        glue_spec("squad")
+
+
+def test_generic_table_columns(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("review,stars\ngood,5\nbad,1\n")
+    table, _ = read_table(path, "review", None, "stars")
+    assert table["review"] == ["good", "bad"]
+    with pytest.raises(DataFileError, match=r"missing column\(s\) \['label'\]"):
+        read_table(path, "review", None, "label")
