@@ -1,0 +1,35 @@
+"""``sesame-eval``: evaluate a sesame checkpoint or a Hugging Face task model on a dataset.
+
+    sesame-eval task=squad_v1 checkpoint=outputs/squad_v1/<run> data.validation_file=dev-v1.1.json
+    sesame-eval task=glue data=sst2 checkpoint=/models/bert-sst2        # a ...ForSequenceClassification folder
+
+Writes predictions and ``metrics.json`` into its run folder and prints that folder as its last line.
+"""
+
+from __future__ import annotations
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from sesame.tasks.cli.errors import user_errors_are_messages
+from sesame.tasks.evaluation import evaluate
+from sesame.tasks.paths import register_resolvers
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="eval")
+def _main(cfg: DictConfig) -> None:
+    run_dir = HydraConfig.get().runtime.output_dir
+    with user_errors_are_messages():
+        evaluate(cfg, run_dir)
+    print(run_dir)
+
+
+def main() -> None:
+    _main()
+
+
+if __name__ == "__main__":
+    main()
