@@ -1,0 +1,55 @@
+"""--multirun sweeps: every job folder holds the run files, and sesame-report tabulates them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from sesame.tasks.cli.report import main as report_main
+from sesame.tasks.sweep_report import main_metric, read_jobs, variants
+
+
+def _job(root, n, overrides, metrics):
+    (root / str(n) / ".hydra").mkdir(parents=True)
+    (root / str(n) / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (root / str(n) / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_seeds_fold_into_mean_and_std_sorted_best_first(tmp_path):
+    for n, (pool, seed, acc) in enumerate([("cls", 1, 0.70), ("cls", 2, 0.74), ("mean", 1, 0.80), ("mean", 2, 0.84)]):
+        _job(tmp_path, n, ["data=sst2", f"pooling={pool}", f"seed={seed}"], {"val_accuracy": acc, "val_loss": 1.0})
+    jobs = read_jobs(tmp_path)
+    metric = main_metric(jobs)
+    rows = variants(jobs, metric)
+    assert metric == "val_accuracy"
+    assert [r.overrides for r in rows] == ["pooling=mean", "pooling=cls"]
+    assert rows[0].mean == pytest.approx(0.82) and rows[0].std == pytest.approx(0.028284271)
+    report_main([str(tmp_path)])
+    assert "| pooling=mean | 0.8200 ± 0.0283 | 2 |" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "report.png").stat().st_size > 1000
+
+
+def test_unfinished_jobs_are_left_out_and_an_empty_sweep_is_an_error(tmp_path):
+    _job(tmp_path, 0, ["pooling=cls"], {"val_f1": 0.5})
+    (tmp_path / "1" / ".hydra").mkdir(parents=True)
+    (tmp_path / "1" / ".hydra" / "overrides.yaml").write_text("- pooling=mean\n")
+    assert len(read_jobs(tmp_path)) == 1
+    with pytest.raises(FileNotFoundError, match="no finished jobs"):
+        read_jobs(tmp_path / "1")
+
+
+def test_a_real_multirun_writes_every_job_folder(tiny_bert_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    subprocess.run(
+        [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "pooling=cls,mean", "finetune=frozen",
+         f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.enable_progress_bar=false",
+         "data.max_train_examples=64", "data.max_eval_examples=64", f"hydra.sweep.dir={sweep}"],
+        check=True, capture_output=True, text=True,
+    )
+    for job in ("0", "1"):
+        files = {p.name for p in (sweep / job).iterdir()}
+        assert {"config.yaml", "metrics.json", "checkpoints", "val_SST-2.tsv"} <= files
+    rows = variants(read_jobs(sweep), "val_accuracy")
+    assert sorted(r.overrides for r in rows) == ["pooling=cls", "pooling=mean"]
