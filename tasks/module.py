@@ -19,6 +19,7 @@ from torch import nn
 from sesame.heads.fusion import LayerFusion
 from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
 from sesame.tasks.encoder import Encoder
+from sesame.tasks.feature_cache import FeatureCache
 from sesame.tasks.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -57,6 +58,7 @@ class EncoderTaskModule(L.LightningModule):
         self.finetune = FinetuneSettings(**OmegaConf.to_container(self.cfg.finetune))
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         self.output_dir: Path | None = None
+        self.feature_cache: FeatureCache | None = None  # set by the runner when cache.enabled
         # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
         # without this, full fine-tuning would silently train with dropout off.
         self.train()
@@ -76,6 +78,10 @@ class EncoderTaskModule(L.LightningModule):
 
     def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """All hidden states, each [B, T, H]; no graph is kept for a frozen encoder."""
+        if self.feature_cache is not None:
+            cached = self.feature_cache.lookup(batch)
+            if cached is not None:
+                return cached
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
             return self.encoder(**self.encoder_inputs(batch))
 

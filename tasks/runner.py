@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
 from sesame.tasks.checkpointing import AtomicCheckpointIO, checkpoint_callback, resolve_resume
 from sesame.tasks.encoder import load_tokenizer
+from sesame.tasks.feature_cache import build_or_open
 from sesame.tasks.module import EncoderTaskModule
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,25 @@ def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def attach_feature_cache(cfg: DictConfig, module: EncoderTaskModule, datamodule: L.LightningDataModule) -> None:
+    """With ``cache.enabled``, compute the frozen encoder's features once (or reuse them) for every split."""
+    cache_cfg = cfg.get("cache") or {}
+    if not cache_cfg.get("enabled"):
+        return
+    if not module.encoder_frozen:
+        raise ValueError("cache.enabled=true needs finetune=frozen: a trained encoder's features change every step")
+    loaders = [
+        getattr(datamodule, f"{name}_dataloader")()
+        for name, split in (("train", "train"), ("val", "validation"), ("test", "test"))
+        if datamodule.has_split(split)
+    ]
+    module.feature_cache = build_or_open(
+        module.encoder, loaders, cache_cfg.get("dir"), cache_cfg.get("dtype", "float32"),
+        progress=bool(cfg.trainer.get("enable_progress_bar", True)),
+    )
+    log.info("frozen features from %s", module.feature_cache.folder)
+
+
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
     run_dir = Path(run_dir)
@@ -68,6 +88,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     module: EncoderTaskModule = get_class(cfg.task.module)(cfg)
     module.output_dir = run_dir
+    attach_feature_cache(cfg, module, datamodule)
     has_validation = datamodule.has_split("validation")
     trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None)
 
