@@ -1,0 +1,199 @@
+"""Token tagging (NER): encoder -> layer fusion -> :class:`TokenTaggerHead` (softmax or CRF).
+
+Training: cross-entropy over labelled sub-tokens (``-100`` ignored), or the CRF's negative
+log-likelihood over the first sub-token of each word. Evaluation: one prediction per word (read at
+its first sub-token), stitched back into sentences across windows, scored with entity-level
+precision / recall / F1 (``val_f1`` is the main metric) and written to ``{stage}_predictions.conll``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from sesame.heads.tagger import IGNORE_INDEX, TokenTaggerHead
+from sesame.tasks.module import EncoderTaskModule
+from sesame.tasks.ner.data import NerDataSettings, load_tag_names, stitch_words
+from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
+
+log = logging.getLogger(__name__)
+
+
+def complete_sentences(
+    example_index: np.ndarray, word_index: np.ndarray, num_words: Mapping[int, int] | None = None
+) -> tuple[np.ndarray, dict[int, int]]:
+    """Which word predictions belong to sentences whose every word was predicted.
+
+    An evaluation limited to some batches (``trainer.limit_val_batches``) can see only some windows
+    of a sentence; scoring half a sentence would be wrong, so such sentences are left out.
+
+    Args:
+        example_index: [N] sentence of each word prediction.
+        word_index: [N] word position within the sentence.
+        num_words: words per sentence, when known (from the data module); otherwise the highest
+            word index seen + 1.
+
+    Returns:
+        ``(keep [N] bool, {sentence: num_words})`` for the complete sentences.
+    """
+    sentences, counts = np.unique(example_index, return_counts=True)
+    if num_words is None:
+        last = np.full(int(sentences.max(initial=-1)) + 1, -1)
+        np.maximum.at(last, example_index, word_index)
+        expected = last[sentences] + 1
+    else:
+        expected = np.array([num_words[int(s)] for s in sentences])
+    complete = {int(s): int(n) for s, n, c in zip(sentences, expected, counts) if c == n}
+    keep = np.isin(example_index, np.fromiter(complete, dtype=np.int64, count=len(complete)))
+    return keep, complete
+
+
+class NerModule(EncoderTaskModule):
+    """``forward(batch) -> logits [B, T, num_tags]``; see the module docstring for training and metrics.
+
+    Reads ``cfg.data.tag_names`` (filled in by the data module, and saved with the checkpoint) or else
+    the training file's tag set; ``cfg.head``: ``dropout``, ``crf``, ``constrain_bio``;
+    ``cfg.task.entity_metric``: ``conlleval`` (default) or ``strict``.
+    """
+
+    main_metric = "val_f1"
+
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
+        super().__init__(cfg)
+        names = self.cfg.data.get("tag_names")
+        if not names:
+            names = load_tag_names(NerDataSettings.from_config(self.cfg.data))
+            # Saved with the checkpoint, so loading it needs no training file.
+            self.hparams["cfg"]["data"]["tag_names"] = list(names)
+        self.tag_names = [str(n) for n in names]
+        head = self.cfg.get("head") or {}
+        self.head = TokenTaggerHead(
+            self.feature_size,
+            len(self.tag_names),
+            dropout=float(head.get("dropout", 0.1)),
+            crf=bool(head.get("crf", False)),
+            tag_names=self.tag_names,
+            constrain_bio=bool(head.get("constrain_bio", True)),
+        )
+        self.entity_metric = str((self.cfg.get("task") or {}).get("entity_metric", "conlleval"))
+        if self.entity_metric not in MODES:
+            raise ValueError(f"task.entity_metric={self.entity_metric!r} is not one of {', '.join(MODES)}")
+        self._outputs: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Tag logits [B, T, num_tags]."""
+        return self.head(self.encode(batch))
+
+    def _loss(self, logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        # The CRF runs over words (first sub-tokens) even when every sub-token carries a label.
+        return self.head.loss(logits, batch["labels"], mask=batch["word_index"] >= 0)
+
+    def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(self(batch), batch)
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    # Evaluation ----------------------------------------------------------------------------------
+    def _eval_step(self, batch: Mapping[str, torch.Tensor], stage: str) -> None:
+        logits = self(batch)
+        self.log(f"{stage}_loss", self._loss(logits, batch), batch_size=logits.shape[0])
+        words = batch["word_index"] >= 0  # [B, T]: one position per word
+        preds = self.head.decode(logits, words)
+        example = batch["example_index"].unsqueeze(1).expand_as(words)
+        self._outputs.append(
+            tuple(t[words].cpu().numpy() for t in (example, batch["word_index"], preds, batch["labels"]))  # type: ignore[misc]
+        )
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def _split_examples(self, stage: str) -> Any:
+        """The data module's sentences of this stage's split (None when run without one)."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        examples = getattr(datamodule, "examples", None)
+        if not isinstance(examples, Mapping):
+            return None
+        return examples.get("validation" if stage == "val" else "test")
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        outputs, self._outputs = self._outputs, []
+        if not outputs or (self._trainer is not None and self.trainer.sanity_checking):
+            return
+        example, word, pred, gold = (np.concatenate(parts) for parts in zip(*outputs))
+        examples = self._split_examples(stage)
+        num_words = None if examples is None else {i: len(t) for i, t in enumerate(examples.tokens)}
+        keep, complete = complete_sentences(example, word, num_words)
+        total = len(examples) if examples is not None else len(complete)
+        if len(complete) < total:
+            log.warning("%s: scoring %d of %d sentences (the others were not fully evaluated)", stage, len(complete), total)
+        order = sorted(complete)
+        renumber = np.zeros(max(order, default=-1) + 1, dtype=np.int64)
+        renumber[order] = np.arange(len(order))
+        lengths = [complete[i] for i in order]
+        ex = renumber[example[keep]]
+        pred_ids = stitch_words(ex, word[keep], pred[keep], lengths)
+        gold_ids = stitch_words(ex, word[keep], gold[keep], lengths)
+        if any((g == IGNORE_INDEX).any() for g in gold_ids):
+            log.warning("%s: unlabelled words; no entity scores", stage)
+            return
+        names = np.asarray(self.tag_names, dtype=object)
+        pred_tags = [names[p].tolist() for p in pred_ids]
+        gold_tags = [names[g].tolist() for g in gold_ids]
+        scores = entity_scores(gold_tags, pred_tags, mode=self.entity_metric)
+        for name, value in scores.as_flat_dict(f"{stage}_").items():
+            self.log(name, value, prog_bar=name == f"{stage}_f1")
+        log.info("%s entity scores (%s):\n%s", stage, self.entity_metric, format_report(scores))
+        tokens = [examples.tokens[i] for i in order] if examples is not None else [["_"] * n for n in lengths]
+        self.write_text(f"{stage}_predictions.conll", format_conll_predictions(tokens, gold_tags, pred_tags))
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    # Scalar mix ----------------------------------------------------------------------------------
+    def _scalar_mix_weights(self) -> list[float] | None:
+        mix = getattr(self.fusion, "scalar_mix", None)
+        return None if mix is None else mix.layer_weights()
+
+    def on_train_epoch_end(self) -> None:
+        weights = self._scalar_mix_weights()
+        if weights is not None:  # the learned layer weights, per epoch, in the run's CSV log
+            for i, w in enumerate(weights):
+                self.log(f"scalar_mix_weight_{i}", w)
+
+    def final_metrics(self) -> dict[str, float]:
+        """Merged into ``metrics.json`` by the runner after evaluation: the scalar-mix weights of the
+        evaluated (best) checkpoint, also rewritten to ``scalar_mix_weights.json`` so both agree."""
+        weights = self._write_scalar_mix()
+        return {} if weights is None else {f"scalar_mix_weight_{i}": w for i, w in enumerate(weights)}
+
+    def on_fit_end(self) -> None:
+        self._write_scalar_mix()
+
+    def _write_scalar_mix(self) -> list[float] | None:
+        """Write ``scalar_mix_weights.json`` (when the fusion is a scalar mix); returns the weights."""
+        weights = self._scalar_mix_weights()
+        if weights is None:
+            return None
+        mix = self.fusion.scalar_mix
+        self.write_json(
+            "scalar_mix_weights.json",
+            {
+                "weights": weights,  # softmax-normalised, index 0 = embeddings output, last = top layer
+                "hidden_states": list(range(len(weights))),
+                "gamma": float(mix.gamma.detach()),
+                "encoder": str(OmegaConf.select(self.cfg, "encoder.name_or_path")),
+            },
+        )
+        log.info("scalar-mix layer weights: %s", ", ".join(f"{i}:{w:.3f}" for i, w in enumerate(weights)))
+        return weights
