@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import random
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+import numpy as np
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
@@ -65,3 +68,48 @@ def resolve_resume(resume: Any, run_dir: Path) -> str | None:
             "a .ckpt file, or run in that folder with hydra.run.dir=<run folder> resume=true"
         )
     return str(candidate)
+
+
+class TrainingResumeCallback(Callback):
+    """Makes a run resumed from a mid-epoch checkpoint continue exactly where it stopped.
+
+    Saves the global RNG states with each checkpoint and restores them before the first resumed
+    batch (dropout masks match), and tells the datamodule how many batches of the epoch were done,
+    so its resumable sampler skips them (see ``sesame.tasks.batching.make_loader``).
+    """
+
+    def __init__(self) -> None:
+        self._rng_to_restore: dict[str, Any] | None = None
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # Plain types and tensors only: Lightning loads checkpoints with weights_only=True.
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        checkpoint["sesame_rng"] = {
+            "torch": torch.random.get_rng_state(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+            "python": random.getstate(),
+        }
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get("sesame_rng")
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
+        done = int(progress.get("current", {}).get("completed", 0))
+        datamodule = trainer.datamodule
+        if datamodule is not None and done and not progress.get("is_last_batch", False):
+            datamodule.resume_at = (int(checkpoint["epoch"]), done)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._rng_to_restore is not None:
+            torch.random.set_rng_state(self._rng_to_restore["torch"])
+            kind, keys, pos, has_gauss, cached = self._rng_to_restore["numpy"]
+            np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+            random.setstate(self._rng_to_restore["python"])
+            self._rng_to_restore = None
+
+
+def periodic_checkpoint_callback(run_dir: Path, every_n_train_steps: int) -> ModelCheckpoint:
+    """``checkpoints/last.ckpt`` every N optimiser steps, so a killed run loses at most N steps."""
+    return ModelCheckpoint(
+        dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=every_n_train_steps,
+        enable_version_counter=False,
+    )

@@ -17,7 +17,13 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
-from sesame.tasks.checkpointing import AtomicCheckpointIO, checkpoint_callback, resolve_resume
+from sesame.tasks.checkpointing import (
+    AtomicCheckpointIO,
+    TrainingResumeCallback,
+    checkpoint_callback,
+    periodic_checkpoint_callback,
+    resolve_resume,
+)
 from sesame.tasks.encoder import load_tokenizer
 from sesame.tasks.feature_cache import build_or_open
 from sesame.tasks.module import EncoderTaskModule
@@ -38,7 +44,10 @@ def config_with_data(cfg: DictConfig, datamodule: L.LightningDataModule) -> Dict
 
 def build_trainer(cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None) -> L.Trainer:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
-    callbacks = [checkpoint_callback(run_dir, monitor), *(extra_callbacks or [])]
+    callbacks = [checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), *(extra_callbacks or [])]
+    every = (cfg.get("checkpoint") or {}).get("every_n_train_steps")
+    if every:
+        callbacks.append(periodic_checkpoint_callback(run_dir, int(every)))
     return L.Trainer(
         **kwargs,
         default_root_dir=str(run_dir),

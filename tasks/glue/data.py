@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
 
-from sesame.tasks.batching import LengthSortedSampler
+from sesame.tasks.batching import make_loader
 from sesame.tasks.glue.readers import DataFileError, encode_labels, read_glue_tsv, read_table
 from sesame.tasks.glue.specs import GlueTaskSpec, glue_spec
 
@@ -46,6 +46,7 @@ class SentenceDataModule(L.LightningDataModule):
         self.spec = sentence_task_spec(cfg)
         self.splits: dict[str, datasets.Dataset] = {}
         self.collator = DataCollatorWithPadding(tokenizer)
+        self.resume_at: tuple[int, int] | None = None  # (epoch, batches done), set when resuming mid-epoch
 
     # Reading ---------------------------------------------------------------------------------------
     def _read(self, path: str, require_labels: bool = True) -> datasets.Dataset:
@@ -103,13 +104,14 @@ class SentenceDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         ds = self.splits[split]
-        common = {"collate_fn": self._collate, "num_workers": int(self.data.get("num_workers", 0))}
-        if train:
-            return DataLoader(ds, batch_size=int(self.data.batch_size), shuffle=True, **common)
-        lengths = [len(ids) for ids in ds["input_ids"]]
-        return DataLoader(
-            ds, batch_size=int(self.data.eval_batch_size), sampler=LengthSortedSampler(lengths), **common
+        batch_size = int(self.data.batch_size if train else self.data.eval_batch_size)
+        loader = make_loader(
+            ds, train=train, batch_size=batch_size, collate_fn=self._collate, num_workers=int(self.data.get("num_workers", 0)),
+            lengths=None if train else [len(ids) for ids in ds["input_ids"]], seed=int(self.cfg.seed), resume_at=self.resume_at,
         )
+        if train:
+            self.resume_at = None
+        return loader
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

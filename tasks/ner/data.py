@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.batching import LengthSortedSampler
+from sesame.tasks.batching import make_loader
 
 log = logging.getLogger(__name__)
 
@@ -555,6 +555,7 @@ class NerDataModule(L.LightningDataModule):
         self.examples: dict[str, NerExamples] = {}
         self.splits: dict[str, datasets.Dataset] = {}
         self.collator = NerCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.resume_at: tuple[int, int] | None = None  # (epoch, batches done), set when resuming mid-epoch
 
     def _read(self, key: str) -> NerExamples:
         s = self.settings
@@ -596,11 +597,15 @@ class NerDataModule(L.LightningDataModule):
         if split not in self.splits:
             raise NerDataError(f"no {split} data: set data.{'train' if split == 'train' else split}_file")
         ds = self.splits[split]
-        common = {"collate_fn": self.collator, "num_workers": int(self.settings.num_workers)}
+        s = self.settings
+        loader = make_loader(
+            ds, train=train, batch_size=int(s.batch_size if train else s.eval_batch_size), collate_fn=self.collator,
+            num_workers=int(s.num_workers), lengths=None if train else [len(ids) for ids in ds["input_ids"]],
+            seed=int(self.cfg.get("seed", 0)), resume_at=self.resume_at,
+        )
         if train:
-            return DataLoader(ds, batch_size=int(self.settings.batch_size), shuffle=True, **common)
-        lengths = [len(ids) for ids in ds["input_ids"]]
-        return DataLoader(ds, batch_size=int(self.settings.eval_batch_size), sampler=LengthSortedSampler(lengths), **common)
+            self.resume_at = None
+        return loader
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
