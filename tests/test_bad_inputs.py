@@ -1,0 +1,92 @@
+"""Bad input and bad config, one table: each case ends the command with exit code 2 and one message
+that names the file, field or line and the fix; no traceback, and nothing already written is lost.
+
+The cases run the same code as the console scripts (``train`` inside ``user_errors_are_messages``);
+the last ones go through ``sesame-train`` itself, where Hydra's own errors name the bad key.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sesame.tasks.cli.errors import user_errors_are_messages
+from sesame.tasks.runner import train
+
+SQUAD_OK = {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
+    {"id": "q1", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]}]}]}]}
+
+
+def _squad(mutate):
+    data = json.loads(json.dumps(SQUAD_OK))
+    mutate(data["data"][0]["paragraphs"][0])
+    return json.dumps(data)
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# (case id, file name, file content or None, overrides ({f} = the file), words the message must hold)
+CASES = [
+    ("tsv-short-row", "bad.tsv", "sentence\tlabel\ngood film\n", ["data.train_file={f}"], ["bad.tsv:2", "tab-separated"]),
+    ("tsv-unknown-label", "bad.tsv", "sentence\tlabel\ngood\tpositive\n", ["data.train_file={f}"], ["bad.tsv:2", "unknown label 'positive'"]),
+    ("tsv-missing-column", "bad.tsv", "text\tlabel\ngood\t1\n", ["data.train_file={f}"], ["bad.tsv", "'sentence'", "data.task_name"]),
+    ("tsv-empty-file", "bad.tsv", "", ["data.train_file={f}"], ["bad.tsv", "empty"]),
+    ("data-file-missing", None, None, ["data.train_file=/no/such/train.tsv"], ["/no/such/train.tsv", "no such file"]),
+    ("stsb-non-numeric", "bad.tsv", "index\tsentence1\tsentence2\tscore\n0\ta\tb\thigh\n", ["data=stsb", "data.train_file={f}"], ["bad.tsv:2", "not a number"]),
+    ("table-missing-column", "bad.csv", "review,stars\ngood,5\n", ["task=text_classification", "data.train_file={f}", "data.validation_file={f}"], ["bad.csv", "data.text_column"]),
+    ("squad-malformed-json", "bad.json", '{"data": [', ["task=squad_v1", "data.train_file={f}"], ["bad.json"]),
+    ("squad-missing-question", "bad.json", _squad(lambda p: p["qas"][0].pop("question")), ["task=squad_v1", "data.train_file={f}"], ["bad.json", "q1", "question"]),
+    ("squad-misaligned-answer", "bad.json", _squad(lambda p: p["qas"][0]["answers"][0].update(answer_start=3)), ["task=squad_v1", "data.train_file={f}"], ["bad.json", "q1", "answer_start"]),
+    ("squad-empty-context", "bad.json", _squad(lambda p: p.update(context="")), ["task=squad_v1", "data.train_file={f}"], ["bad.json", "context"]),
+    ("conll-missing-tag", "bad.conll", "EU\tB-ORG\nrejects\n", ["task=ner", "data.train_file={f}"], ["bad.conll", "2"]),
+    ("conll-unknown-dev-tag", "dev.conll", "EU\tB-WEAPON\n", ["task=ner", "data.validation_file={f}"], ["dev.conll", "B-WEAPON"]),
+    ("model-path-missing", None, None, ["encoder.name_or_path=/no/such/model"], ["/no/such/model", "no such folder"]),
+    ("concat-last-4-on-2-layers", None, None, ["fusion=concat_last_4", "encoder.name_or_path={tiny2}"], ["fusion", "embeddings + 2 layers"]),
+    ("cache-without-frozen", None, None, ["finetune=full", "cache.enabled=true"], ["cache.enabled", "finetune=frozen"]),
+    ("top-k-too-large", None, None, ["finetune=top_k", "finetune.top_k=9"], ["finetune.top_k=9", "4 layers"]),
+    ("resume-without-checkpoint", None, None, ["resume=true"], ["resume=True", "last.ckpt"]),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny2(tmp_path_factory):
+    from tests.conftest import build_tiny_bert
+
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny2"), num_layers=2)
+
+
+@pytest.mark.parametrize("case, name, content, overrides, words", CASES, ids=[c[0] for c in CASES])
+def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, case, name, content, overrides, words):
+    path = _write(tmp_path, name, content) if name else None
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text('{"kept": 1}')  # from an earlier run: must survive
+    cfg = make_cfg(*[o.format(f=path, tiny2=tiny2) for o in overrides])
+    with pytest.raises(SystemExit) as stop, user_errors_are_messages():
+        train(cfg, run_dir)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert "error: " in err and "Traceback" not in err
+    for word in words:
+        assert word in err, f"{case}: {word!r} not in {err!r}"
+    assert (run_dir / "metrics.json").read_text() == '{"kept": 1}'
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [("fusion=penultimate", ["fusion", "penultimate"]), ("trainer.max_epoch=3", ["max_epoch"]), ("finetune.lr=1", ["lr"])],
+)
+def test_bad_config_keys_are_named_by_hydra(tmp_path, override, words):
+    out = subprocess.run(
+        [sys.executable, "-m", "sesame.tasks.cli.train", override, f"hydra.run.dir={tmp_path}"],
+        capture_output=True, text=True,
+    )
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    for word in words:
+        assert word in out.stderr
