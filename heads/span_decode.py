@@ -20,9 +20,15 @@ to distinct character spans, true for tokenizers with strictly increasing offset
 SentencePiece); with byte-level BPE splitting one character into several tokens a window may
 contribute fewer than ``n_best_size`` distinct spans.
 
+The per-window top-k is exact under that order without sorting all T x L scores: one ``topk`` finds
+the k-th best score, entries above it are in, and the places left go to the entries equal to it
+with the smallest tie-break keys (a second ``topk``); only the k chosen are then sorted.
+
 SQuAD v2: the null score of a window is ``start[0] + end[0]`` ([CLS]); a question's null score is
 the minimum over its windows (HF ``run_qa``), and ``null_score_diff = null - best span score``. The
-answer is ``""`` when ``null_score_diff > null_score_diff_threshold``.
+answer is ``""`` when ``null_score_diff > null_score_diff_threshold``. The null entry ("" with char
+offsets -1) is listed in the n-best among the spans by score, after spans of equal score; the
+probabilities are a softmax over the listed scores.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class WindowTopSpans:
     end: Tensor  # end token index (inclusive)
     start_logit: Tensor
     end_logit: Tensor
+    char_start: Tensor | None = None  # offsets of start / end token when offsets were given
+    char_end: Tensor | None = None
 
     @property
     def valid(self) -> Tensor:
@@ -95,6 +103,7 @@ def top_spans_per_window(
     """
     n, t = start_logits.shape
     band = max(1, min(int(max_answer_length), t))
+    m = t * band
     # float64: sums of fp32 logits are then exact, so rankings match a Python-float reference.
     neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=start_logits.device)
     ctx = context_mask.bool()
@@ -103,33 +112,58 @@ def top_spans_per_window(
     # end_band[n, s, l] = end_m[n, s + l]; the -inf tail covers s + l >= T.
     end_pad = torch.cat([end_m, neg_inf.expand(n, band - 1)], dim=1)  # [N, T + L - 1]
     end_band = end_pad.unfold(1, band, 1)  # [N, T, L] view, no copy
-    scores = (start_m.unsqueeze(-1) + end_band).reshape(n, t * band)  # flat index = s * L + l
+    scores = (start_m.unsqueeze(-1) + end_band).reshape(n, m)  # flat index = s * L + l
 
+    # Tie-break key, ascending: (char start, char end, flat index = (s, e)); unique per row.
     if offsets is not None:
-        # Stable sort by (char start, char end) first; the flat order already encodes (s, e), and the
-        # stable sort by score below keeps both as tie-breakers.
         char_start = offsets[..., 0].long().clamp_min(0)  # [N, T]
         char_end = offsets[..., 1].long().clamp_min(0)
-        width = int(char_end.max().item()) + 2 if char_end.numel() else 2
-        end_char_pad = torch.cat([char_end, char_end.new_zeros(n, band - 1)], dim=1)
-        secondary = (char_start.unsqueeze(-1) * width + end_char_pad.unfold(1, band, 1)).reshape(n, t * band)
-        perm = torch.sort(secondary, dim=1, stable=True).indices
-        order = torch.sort(scores.gather(1, perm), dim=1, descending=True, stable=True).indices
-        flat = perm.gather(1, order)
-    else:
-        flat = torch.sort(scores, dim=1, descending=True, stable=True).indices
+        width = int(char_end.max().item()) + 1 if char_end.numel() else 1
 
-    k = min(int(n_best_size), t * band)
-    flat = flat[:, :k]
-    start = torch.div(flat, band, rounding_mode="floor")
-    end = start + flat % band
-    top_score = scores.gather(1, flat)
+    def tie_key(rows: Tensor, flat: Tensor) -> Tensor:
+        """Keys of flat indices ``flat`` [R, X] in windows ``rows`` [R]."""
+        if offsets is None:
+            return flat
+        s_tok = torch.div(flat, band, rounding_mode="floor")
+        e_tok = (s_tok + flat % band).clamp_max(t - 1)
+        cs, ce = char_start[rows].gather(1, s_tok), char_end[rows].gather(1, e_tok)
+        return (cs * width + ce) * m + flat
+
+    # Exact top-k under (score desc, tie key asc) without a full sort: everything above the k-th
+    # best score is in; the places left go to the entries equal to it with the smallest keys. Only
+    # rows with such a tie at the boundary (integer-valued logits, say) pay for the keys.
+    k = min(int(n_best_size), m)
+    top_val, chosen = scores.topk(k, dim=1)  # sorted: entries above the threshold come first
+    threshold = top_val[:, -1:]
+    n_above = (top_val > threshold).sum(dim=1)  # [N]
+    n_tied = (scores == threshold).sum(dim=1)
+    # Rows whose boundary ties are -inf only differ in invalid entries, which are dropped anyway.
+    ambiguous = ((n_tied > k - n_above) & torch.isfinite(threshold[:, 0])).nonzero().squeeze(1)
+    if ambiguous.numel():
+        rows, r = ambiguous, ambiguous.numel()
+        flat = torch.arange(m, device=scores.device).expand(r, m)
+        tied = scores[rows] == threshold[rows]
+        keys = torch.where(tied, tie_key(rows, flat), torch.iinfo(torch.int64).max)
+        tied_idx = keys.topk(k, dim=1, largest=False).values % m
+        pos = torch.arange(k, device=scores.device).expand(r, k)
+        above = n_above[rows].unsqueeze(1)
+        chosen[rows] = torch.where(pos < above, chosen[rows], tied_idx.gather(1, (pos - above).clamp_min(0)))
+    # Order the k chosen: by key, then (stably) by score.
+    all_rows = torch.arange(n, device=scores.device)
+    chosen = chosen.gather(1, tie_key(all_rows, chosen).argsort(dim=1, stable=True))
+    chosen = chosen.gather(1, scores.gather(1, chosen).argsort(dim=1, descending=True, stable=True))
+
+    start = torch.div(chosen, band, rounding_mode="floor")
+    end = start + chosen % band
+    end_safe = end.clamp_max(t - 1)  # entries of invalid (-inf) spans may point past T
     return WindowTopSpans(
-        score=top_score,
+        score=scores.gather(1, chosen),
         start=start,
         end=end,
         start_logit=start_logits.double().gather(1, start),
-        end_logit=end_logits.double().gather(1, end.clamp_max(t - 1)),  # invalid entries may point past T
+        end_logit=end_logits.double().gather(1, end_safe),
+        char_start=None if offsets is None else offsets[..., 0].long().gather(1, start),
+        char_end=None if offsets is None else offsets[..., 1].long().gather(1, end_safe),
     )
 
 
@@ -188,7 +222,7 @@ def decode_predictions(
         raise ValueError(f"example_index has {len(ex_index)} entries for {n} windows")
 
     # Per-window top-k spans (vectorised, chunked), then plain lists for the small merge loop.
-    scores, starts, ends, s_logits, e_logits = [], [], [], [], []
+    scores, starts, ends, s_logits, e_logits, c_starts, c_ends = [], [], [], [], [], [], []
     for lo in range(0, n, chunk_size):
         sl = slice(lo, lo + chunk_size)
         top = top_spans_per_window(
@@ -199,7 +233,8 @@ def decode_predictions(
         ends += top.end.tolist()
         s_logits += top.start_logit.tolist()
         e_logits += top.end_logit.tolist()
-    off = offsets.long().tolist()
+        c_starts += top.char_start.tolist()
+        c_ends += top.char_end.tolist()
     if allow_null:
         null_start = start_logits[:, 0].double().tolist()
         null_end = end_logits[:, 0].double().tolist()
@@ -218,7 +253,7 @@ def decode_predictions(
                 if score == float("-inf"):
                     break  # rows are sorted: the rest are invalid too
                 s, e = starts[row][j], ends[row][j]
-                cs, ce = off[row][s][0], off[row][e][1]
+                cs, ce = c_starts[row][j], c_ends[row][j]
                 cands.append(((-score, cs, ce, rank, s, e), (cs, ce), s_logits[row][j], e_logits[row][j]))
             if allow_null:
                 ns = null_start[row] + null_end[row]

@@ -400,8 +400,10 @@ class SquadDataModule(L.LightningDataModule):
     (384), ``doc_stride`` (128), ``batch_size``, ``eval_batch_size``, ``max_train_examples`` /
     ``max_eval_examples`` (first N questions; null = all), ``num_workers``,
     ``version_2_with_negative`` (unanswerable questions allowed; false), ``on_bad_example``
-    (error | skip). Evaluation windows are served longest first and padded per batch;
-    :meth:`examples` gives the questions that decoding and scoring need.
+    (error | skip), ``drop_train_overlap`` (true: training questions whose context paragraph is
+    also in the validation/test questions are left out, so partly overlapping files such as the
+    CS224N and official SQuAD 2.0 dev copies cannot leak). Evaluation windows are served longest
+    first and padded per batch; :meth:`examples` gives the questions that decoding and scoring need.
     """
 
     def __init__(self, cfg: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> None:
@@ -412,12 +414,17 @@ class SquadDataModule(L.LightningDataModule):
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token)")
         self.max_seq_length = int(_get(data, "max_seq_length", 384))
+        model_limit = getattr(tokenizer, "model_max_length", None) or 0
+        if 0 < model_limit < 1_000_000 and self.max_seq_length > model_limit:  # huge = "no limit" sentinel
+            raise ValueError(f"data.max_seq_length={self.max_seq_length} exceeds the encoder's {model_limit} positions. "
+                             f"Fix: set data.max_seq_length <= {model_limit}; long contexts are windowed anyway")
         self.doc_stride = int(_get(data, "doc_stride", 128))
         self.batch_size = int(_get(data, "batch_size", 32))
         self.eval_batch_size = int(_get(data, "eval_batch_size", self.batch_size))
         self.num_workers = int(_get(data, "num_workers", 0))
         self.version_2 = bool(_get(data, "version_2_with_negative", False))
         self.on_bad_example = str(_get(data, "on_bad_example", "error"))
+        self.drop_train_overlap = bool(_get(data, "drop_train_overlap", True))
         self.collate = WindowCollator(tokenizer.pad_token_id)
         self._examples: dict[str, datasets.Dataset] = {}
         self._windows: dict[str, WindowDataset] = {}
@@ -429,14 +436,17 @@ class SquadDataModule(L.LightningDataModule):
         return bool(_get(self.data, self.FILE_KEYS[split]))
 
     def setup(self, stage: str | None = None) -> None:
-        stage_splits = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",), "predict": ("test",)}
-        for split in stage_splits.get(stage or "", ("train", "validation", "test")):
+        # Evaluation splits first: the training split's overlap check reads their contexts.
+        stage_splits = {"fit": ("validation", "train"), "validate": ("validation",), "test": ("test",), "predict": ("test",)}
+        for split in stage_splits.get(stage or "", ("validation", "test", "train")):
             if self.has_split(split) and split not in self._windows:
                 self._build(split)
 
     def _build(self, split: str) -> None:
         path = _get(self.data, self.FILE_KEYS[split])
         ds, report = read_squad(path, allow_impossible=self.version_2, on_bad_example=self.on_bad_example)
+        if split == "train" and self.drop_train_overlap:
+            ds = self._without_eval_contexts(ds, path)
         limit = _get(self.data, "max_train_examples" if split == "train" else "max_eval_examples")
         if limit is not None:
             ds = ds.select(range(min(int(limit), len(ds))))
@@ -458,6 +468,22 @@ class SquadDataModule(L.LightningDataModule):
             raise SquadDataError(f"{path}: no {split} windows left (every window lacks its answer?)")
         self._examples[split], self._windows[split], self.reports[split] = ds, WindowDataset(windows), report
         log.info("%s: %d questions -> %d windows (%s)", split, len(ds), len(windows), path)
+
+    def _without_eval_contexts(self, ds: datasets.Dataset, path: str) -> datasets.Dataset:
+        """``ds`` less the questions whose context is also a context of an evaluated split."""
+        eval_contexts: set[str] = set()
+        for split in ("validation", "test"):
+            if self.has_split(split):
+                eval_contexts.update(self.examples(split)["context"])
+        keep = [i for i, c in enumerate(ds["context"]) if c not in eval_contexts]
+        if len(keep) < len(ds):
+            log.warning("left out %d of %d training questions of %s whose paragraph is also in the evaluation "
+                        "data (data.drop_train_overlap=true)", len(ds) - len(keep), len(ds), path)
+            if not keep:
+                raise SquadDataError(f"{path}: every training paragraph is also in the evaluation data. "
+                                     "Fix: use a separate training file, or set data.drop_train_overlap=false")
+            ds = ds.select(keep)
+        return ds
 
     def examples(self, split: str) -> datasets.Dataset:
         """The questions of ``split`` ("validation" / "test"), row = ``example_index`` of its windows."""

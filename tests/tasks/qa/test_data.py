@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -227,7 +226,8 @@ def test_question_too_long(write_json, tokenizer):
 def test_datamodule_batches(write_json, real_dev_v1, tokenizer):
     path = str(write_json(real_dev_v1))
     cfg = {"data": {"train_file": path, "validation_file": path, "max_seq_length": 128, "doc_stride": 32,
-                    "batch_size": 4, "eval_batch_size": 8, "max_train_examples": 10, "max_eval_examples": None}}
+                    "batch_size": 4, "eval_batch_size": 8, "max_train_examples": 10, "max_eval_examples": None,
+                    "drop_train_overlap": False}}
     dm = SquadDataModule(cfg, tokenizer)
     dm.setup("fit")
     assert len(dm.examples("train")) == 10
@@ -258,3 +258,26 @@ def test_datamodule_v2_keeps_null_windows(write_json, real_dev_v2, tokenizer):
     assert (batch["start_positions"][impossible] == 0).all() and impossible.any()
     assert (batch["start_positions"][~impossible] == 0).any() and (batch["start_positions"][~impossible] > 0).any()
     assert not dm.has_split("validation")
+
+
+def test_datamodule_drops_training_paragraphs_that_are_evaluated(write_json, real_dev_v1, tokenizer, caplog):
+    paragraphs = real_dev_v1["data"][0]["paragraphs"]
+    held_out = {**real_dev_v1, "data": [{**real_dev_v1["data"][0], "paragraphs": paragraphs[2:]}]}
+    cfg = {"data": {"train_file": str(write_json(real_dev_v1, "train.json")), "validation_file": str(write_json(held_out, "dev.json")),
+                    "max_seq_length": 128, "doc_stride": 32}}
+    with caplog.at_level(logging.WARNING):
+        dm = SquadDataModule(cfg, tokenizer)
+        dm.setup("fit")
+    kept = dm.examples("train")
+    assert len(kept) == len(paragraphs[0]["qas"]) + len(paragraphs[1]["qas"])
+    assert not set(kept["context"]) & set(dm.examples("validation")["context"])
+    assert f"left out {len(paragraphs[2]['qas'])} of" in caplog.text
+    cfg["data"]["drop_train_overlap"] = False
+    dm = SquadDataModule(cfg, tokenizer)
+    dm.setup("fit")
+    assert len(dm.examples("train")) == sum(len(p["qas"]) for p in paragraphs)
+
+
+def test_datamodule_rejects_windows_longer_than_the_encoder(tokenizer):
+    with pytest.raises(ValueError, match="exceeds the encoder's 512 positions"):
+        SquadDataModule({"data": {"max_seq_length": 1024}}, tokenizer)

@@ -1,0 +1,131 @@
+"""SquadModule end to end with the tiny random BERT: train, decode, score, write files, reload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from sesame.tasks.cli.score import main as score_main
+from sesame.tasks.qa.metrics import gold_from_dataset, squad_v1
+from sesame.tasks.qa.module import SquadModule
+from sesame.tasks.runner import build_datamodule, train
+
+SMALL = [
+    "data.max_seq_length=96", "data.doc_stride=32",  # several windows per dev question
+    "data.batch_size=8", "data.eval_batch_size=16",
+    "trainer.limit_val_batches=null", "trainer.limit_test_batches=null",  # decode every window
+]
+
+
+def _score_cli(capsys, *args) -> dict:
+    capsys.readouterr()  # drop what the run printed
+    assert score_main([str(a) for a in args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _dev_subset(path: str, ids: set[str], out: Path) -> Path:
+    """The gold file restricted to the evaluated questions (for sesame-score)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    for article in data["data"]:
+        for para in article["paragraphs"]:
+            para["qas"] = [q for q in para["qas"] if q["id"] in ids]
+    out.write_text(json.dumps(data), encoding="utf-8")
+    return out
+
+
+def test_squad_v1_train_eval_files_and_checkpoint(make_cfg, tmp_path, capsys):
+    cfg = make_cfg("task=squad_v1", "data=squad_v1_slice", *SMALL, "data.max_train_examples=40",
+                   "data.max_eval_examples=24", "data.test_file=${data.validation_file}")
+    run = tmp_path / "run"
+    metrics = train(cfg, run)
+    for stage in ("val", "test"):
+        assert 0.0 <= metrics[f"{stage}_exact_match"] <= metrics[f"{stage}_f1"] <= 100.0
+    assert json.loads((run / "metrics.json").read_text())["val_f1"] == metrics["val_f1"]
+
+    preds = json.loads((run / "predictions.json").read_text())
+    nbest = json.loads((run / "nbest_predictions.json").read_text())
+    assert not (run / "null_odds.json").exists()
+    gold_all = gold_from_dataset(json.loads(Path(cfg.data.validation_file).read_text()))
+    dev_ids = list(gold_all)[:24]
+    assert list(preds) == dev_ids or sorted(preds) == sorted(dev_ids)  # every evaluated question, once
+    contexts = {q["id"]: p["context"] for a in json.loads(Path(cfg.data.validation_file).read_text())["data"]
+                for p in a["paragraphs"] for q in p["qas"]}
+    for qid, answer in preds.items():
+        assert answer and answer in contexts[qid]
+        ranked = nbest[qid]
+        assert ranked[0]["text"] == answer and 1 <= len(ranked) <= 20
+        assert [c["score"] for c in ranked] == sorted((c["score"] for c in ranked), reverse=True)
+        assert sum(c["probability"] for c in ranked) == pytest.approx(1.0)
+        assert all(contexts[qid][c["char_start"]:c["char_end"]] == c["text"] for c in ranked)
+
+    # The logged metrics are the official ones on the written predictions (also via sesame-score).
+    gold = {qid: gold_all[qid] for qid in preds}
+    assert squad_v1(gold, preds) == pytest.approx({"exact_match": metrics["val_exact_match"], "f1": metrics["val_f1"]})
+    subset = _dev_subset(cfg.data.validation_file, set(preds), tmp_path / "dev.json")
+    cli = _score_cli(capsys, "squad_v1", run / "predictions.json", subset)
+    assert cli == pytest.approx({"exact_match": metrics["val_exact_match"], "f1": metrics["val_f1"]})
+    assert (run / "test_predictions.json").is_file()
+
+    # The checkpoint rebuilds the module; training moved the head away from its seeded init.
+    ckpt = run / "checkpoints" / "best.ckpt"
+    module = SquadModule.load_from_checkpoint(ckpt)
+    state = torch.load(ckpt, weights_only=False)["state_dict"]
+    torch.testing.assert_close(module.head.qa_outputs.weight, state["head.qa_outputs.weight"])
+    L.seed_everything(int(cfg.seed), verbose=False)
+    fresh = SquadModule(cfg)
+    assert not torch.equal(fresh.head.qa_outputs.weight, module.head.qa_outputs.weight)
+    assert not module.head.allow_null
+
+
+def test_squad_v2_null_odds_and_scores(make_cfg, tmp_path, capsys):
+    cfg = make_cfg(
+        "task=squad_v2", "data=squad_v2", *SMALL,
+        "data.train_file=${shipped:squad_v2/dev.slice.json}", "data.validation_file=${shipped:squad_v2/dev.slice.json}",
+        "data.drop_train_overlap=false", "data.max_eval_examples=30", "head.null_score_diff_threshold=0.5",
+        "data.max_seq_length=192",  # the tiny 400-piece vocabulary makes some questions 70+ tokens
+    )
+    run = tmp_path / "run"
+    metrics = train(cfg, run)
+    for key in ("exact_match", "f1", "HasAns_f1", "NoAns_exact", "best_f1", "best_f1_thresh", "HasAns_total"):
+        assert f"val_{key}" in metrics, key
+    assert metrics["val_HasAns_total"] + metrics["val_NoAns_total"] == 30
+    preds = json.loads((run / "predictions.json").read_text())
+    odds = json.loads((run / "null_odds.json").read_text())
+    assert set(preds) == set(odds) and len(preds) == 30
+    for qid, answer in preds.items():
+        assert (answer == "") == (odds[qid] > 0.5)
+        nbest = json.loads((run / "nbest_predictions.json").read_text())[qid]
+        assert sum(c["text"] == "" and c["char_start"] == -1 for c in nbest) == 1  # the null entry
+    subset = _dev_subset(cfg.data.validation_file, set(preds), tmp_path / "dev.json")
+    cli = _score_cli(capsys, "squad_v2", run / "predictions.json", subset,
+                     "--na-prob-file", run / "null_odds.json", "--na-prob-thresh", "0.5")
+    for key, value in cli.items():
+        assert metrics[f"val_{key}"] == pytest.approx(value), key
+
+    # Re-evaluate the checkpoint with the threshold at the median null odds: now both kinds occur.
+    module = SquadModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert module.head.allow_null
+    median = sorted(odds.values())[len(odds) // 2]
+    module.null_score_diff_threshold = median
+    module.output_dir = tmp_path / "rethresholded"
+    module.output_dir.mkdir()
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    again = trainer.validate(module, datamodule=build_datamodule(cfg), verbose=False)[0]
+    preds2 = json.loads((module.output_dir / "predictions.json").read_text())
+    odds2 = json.loads((module.output_dir / "null_odds.json").read_text())
+    assert odds2 == pytest.approx(odds)
+    assert {qid: (a == "") for qid, a in preds2.items()} == {qid: odds[qid] > median for qid in preds2}
+    assert 0 < sum(a == "" for a in preds2.values()) < len(preds2)
+    assert again["val_NoAns_total"] == metrics["val_NoAns_total"]
+
+
+def test_evaluation_needs_the_datamodule(make_cfg):
+    module = SquadModule(make_cfg("task=squad_v1", "data=squad_v1_slice"))
+    module._outputs.append((torch.tensor([0]), torch.tensor([0]), torch.zeros(1, 4), torch.zeros(1, 4),
+                            torch.full((1, 4, 2), -1, dtype=torch.int32)))
+    with pytest.raises(ValueError, match="needs its SquadDataModule"):
+        module.on_validation_epoch_end()
