@@ -129,3 +129,13 @@ def test_evaluation_needs_the_datamodule(make_cfg):
                             torch.full((1, 4, 2), -1, dtype=torch.int32)))
     with pytest.raises(ValueError, match="needs its SquadDataModule"):
         module.on_validation_epoch_end()
+
+
+def test_task_configs_pick_their_data_presets(make_cfg):
+    v1 = make_cfg("task=squad_v1")
+    assert v1.task.module == "sesame.tasks.qa.module.SquadModule" and v1.task.main_metric == "val_f1"
+    assert v1.data.train_file.endswith("squad_v1/train.slice.json") and not v1.data.version_2_with_negative
+    assert (v1.data.max_seq_length, v1.data.doc_stride, v1.head.n_best_size, v1.head.max_answer_length) == (384, 128, 20, 30)
+    v2 = make_cfg("task=squad_v2")
+    assert v2.data.version_2_with_negative and v2.data.drop_train_overlap
+    assert v2.data.validation_file.endswith("squad_v2.0/dev-v2.0.first5articles.json")
