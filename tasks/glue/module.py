@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from sesame.heads.classifier import SequenceClassifierHead
 from sesame.heads.pooling import PoolerPooling, build_pooling
+from sesame.tasks.distributed import gather_by_index
 from sesame.tasks.glue.data import sentence_task_spec
 from sesame.tasks.glue.metrics import compute_metrics
 from sesame.tasks.glue.submission import submission_tsv
@@ -45,7 +46,8 @@ class SentenceClassificationModule(EncoderTaskModule):
         return self.head(self.pooling(self.encode(batch), batch["attention_mask"]))
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.head.loss(self(batch), batch["labels"])
+        logits = self(batch)
+        loss = self.distill(self.head.loss(logits, batch["labels"]), logits, batch)
         self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 
@@ -68,19 +70,24 @@ class SentenceClassificationModule(EncoderTaskModule):
     def _eval_epoch_end(self, stage: str) -> None:
         if not self._outputs:
             return
-        index = torch.cat([o[0] for o in self._outputs])
-        preds = torch.cat([o[1] for o in self._outputs])
-        order = index.argsort()
-        index, preds = index[order], preds[order]
-        if self._outputs[0][2] is not None:
-            refs = torch.cat([o[2] for o in self._outputs])[order]
-            metrics = compute_metrics(self.spec.metrics, preds.numpy(), refs.numpy().astype(preds.numpy().dtype))
-            for name, value in metrics.items():
-                self.log(f"{stage}_{name}", value, prog_bar=True)
-        self.write_text(
-            f"{stage}_{self.spec.submission_name}.tsv", submission_tsv(index.tolist(), preds.tolist(), self.label_names)
-        )
+        rows = {
+            int(i): (float(p), None if refs is None else float(r))
+            for index, preds, refs in self._outputs
+            for i, p, r in zip(index.tolist(), preds.tolist(), refs.tolist() if refs is not None else [None] * len(index))
+        }
         self._outputs.clear()
+        rows = gather_by_index(rows)  # all ranks' predictions, each example once
+        index = list(rows)
+        preds = [p for p, _ in rows.values()]
+        refs = [r for _, r in rows.values()]
+        if refs[0] is not None:
+            as_class = not self.head.is_regression
+            metrics = compute_metrics(
+                self.spec.metrics, [int(p) if as_class else p for p in preds], [int(r) if as_class else r for r in refs]
+            )
+            for name, value in metrics.items():
+                self.log(f"{stage}_{name}", value, prog_bar=True, sync_dist=False, rank_zero_only=False)
+        self.write_text(f"{stage}_{self.spec.submission_name}.tsv", submission_tsv(index, preds, self.label_names))
 
     def on_validation_epoch_end(self) -> None:
         self._eval_epoch_end("val")
