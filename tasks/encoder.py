@@ -7,6 +7,7 @@ PyPI package installs, so the default run needs no network.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -93,7 +94,9 @@ class Encoder(nn.Module):
         self.missing_weights: frozenset[str] = frozenset(loading_info.get("missing_keys", ()))
         self.hidden_size: int = int(self.config.hidden_size)
         self.num_hidden_states: int = int(self.config.num_hidden_layers) + 1
-        self._takes_token_types = "token_type_ids" in self.model.forward.__code__.co_varnames
+        # The signature, not forward.__code__: transformers 5 wraps forward in decorators whose code
+        # object takes (*args, **kwargs), which silently dropped BERT's segment ids.
+        self._takes_token_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Encoder:

@@ -32,7 +32,7 @@ import torch
 from sesame.tasks.encoder import Encoder
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: features from before the encoder passed token_type_ids to BERT (transformers 5) are stale
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
