@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,9 @@ def config_with_data(cfg: DictConfig, datamodule: L.LightningDataModule) -> Dict
 def build_trainer(cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None) -> L.Trainer:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     callbacks = [checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), *(extra_callbacks or [])]
-    every = (cfg.get("checkpoint") or {}).get("every_n_train_steps")
+    # sesame-eval reuses the key `checkpoint` for the model to evaluate (a path): no periodic saves then.
+    periodic = cfg.get("checkpoint")
+    every = periodic.get("every_n_train_steps") if isinstance(periodic, Mapping) else None
     if every:
         callbacks.append(periodic_checkpoint_callback(run_dir, int(every)))
     return L.Trainer(

@@ -12,7 +12,7 @@ from sesame.tasks.runner import train
 
 def test_a_checkpoint_evaluates_to_the_metrics_of_its_run(make_cfg, tmp_path):
     trained = train(make_cfg(), tmp_path / "run")
-    got = evaluate(make_cfg(f"+checkpoint={tmp_path / 'run'}"), tmp_path / "eval")
+    got = evaluate(make_cfg(f"++checkpoint={tmp_path / 'run'}"), tmp_path / "eval")
     assert got["val_accuracy"] == trained["val_accuracy"]
     assert (tmp_path / "eval" / "val_SST-2.tsv").read_text() == (tmp_path / "run" / "val_SST-2.tsv").read_text()
 
@@ -23,7 +23,7 @@ def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp
     torch.manual_seed(0)
     BertForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=2).save_pretrained(tmp_path / "hf")
     AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(tmp_path / "hf")
-    got = evaluate(make_cfg("pooling=pooler", f"+checkpoint={tmp_path / 'hf'}"), tmp_path / "eval")
+    got = evaluate(make_cfg("pooling=pooler", f"++checkpoint={tmp_path / 'hf'}"), tmp_path / "eval")
     assert 0 <= got["val_accuracy"] <= 1
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
 
