@@ -10,6 +10,7 @@ official metrics. Files in the run folder (``test_`` prefix for the test split):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,6 +19,7 @@ from omegaconf import DictConfig
 
 from sesame.heads.span_decode import QuestionPrediction, decode_predictions
 from sesame.heads.span_pointer import SpanPointerHead
+from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.qa.metrics import compute
 
@@ -44,6 +46,11 @@ class SquadModule(EncoderTaskModule):
         self.head = SpanPointerHead(self.feature_size, allow_null=self.version_2)
         self.metric_version = "squad_v2" if self.version_2 else "squad_v1"
         self._outputs: list[tuple[torch.Tensor, ...]] = []
+
+    def load_hf_head(self, folder: str | Path) -> None:
+        """Load the ``qa_outputs.*`` weights of a Hugging Face ``...ForQuestionAnswering`` folder
+        (same name and shape as ``SpanPointerHead.qa_outputs``); sesame-eval calls it for HF folders."""
+        load_prefixed_weights(self.head.qa_outputs, folder, "qa_outputs.")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(start_logits, end_logits)``, each [B, T], masked outside the context."""
