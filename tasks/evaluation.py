@@ -8,6 +8,7 @@ import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from sesame.tasks.compression.int8 import QUANTIZED_TRAINER, is_quantized, quantize_module
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.runner import build_datamodule, build_trainer, config_with_data, finish_run, flat_metrics
 
@@ -44,6 +45,9 @@ def load_for_evaluation(cfg: DictConfig) -> tuple[EncoderTaskModule, DictConfig]
         data = OmegaConf.merge(cfg.data, {"train_file": None, "label_names": trained.data.get("label_names")})
         datamodule_cfg = OmegaConf.merge(trained, {"data": data, "trainer": cfg.trainer})
         module = get_class(trained.task.module)(trained)
+        if is_quantized(trained):  # int8 weights load only into the same quantised structure, run on CPU
+            quantize_module(module)
+            datamodule_cfg = OmegaConf.merge(datamodule_cfg, {"trainer": QUANTIZED_TRAINER})
         module.load_state_dict(checkpoint["state_dict"])
     return module, datamodule_cfg
 

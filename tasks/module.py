@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -21,6 +21,9 @@ from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
 from sesame.tasks.encoder import Encoder
 from sesame.tasks.feature_cache import FeatureCache
 from sesame.tasks.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
+
+if TYPE_CHECKING:
+    from sesame.tasks.compression.distill import Distiller
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -59,6 +62,7 @@ class EncoderTaskModule(L.LightningModule):
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         self.output_dir: Path | None = None
         self.feature_cache: FeatureCache | None = None  # set by the runner when cache.enabled
+        self._distiller: Distiller | None = None  # the teacher, loaded on first use (see `distiller`)
         # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
         # without this, full fine-tuning would silently train with dropout off.
         self.train()
@@ -100,6 +104,44 @@ class EncoderTaskModule(L.LightningModule):
             self.encoder, self.head_named_parameters(), self.finetune, int(self.trainer.estimated_stepping_batches)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # Distillation (cfg.distill; sesame/tasks/compression/distill.py) ------------------------------
+    @property
+    def distiller(self) -> Distiller | None:
+        """The frozen teacher and the loss when ``cfg.distill.teacher`` is set, else None. Loaded on first
+        use, so evaluating a distilled student needs neither the teacher nor its files."""
+        if self._distiller is None and (self.cfg.get("distill") or {}).get("teacher"):
+            from sesame.tasks.compression.distill import Distiller  # imported late: it reads checkpoints
+
+            self._distiller = Distiller.from_config(self.cfg, self)
+        return self._distiller
+
+    def distill(
+        self, gold_loss: torch.Tensor, logits: torch.Tensor | tuple[torch.Tensor, ...],
+        batch: Mapping[str, torch.Tensor], mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The training loss: ``gold_loss`` as it is, or with a teacher ``alpha * gold_loss + (1 - alpha) * kl``.
+
+        Args:
+            gold_loss: the task's own loss (scalar).
+            logits: this module's ``forward(batch)`` output, a tensor [..., C] or a tuple of them, with
+                the distribution over the last dim (GLUE [B, C]; NER [B, T, C]; QA start/end [B, T]).
+            batch: the batch both models read.
+            mask: [...] bool, the rows of ``logits`` that count (NER: the word positions); None = all.
+        """
+        distiller = self.distiller
+        if distiller is None:
+            return gold_loss
+        loss, kl = distiller(gold_loss, logits, batch, mask)
+        self.log("train_distill_kl", kl, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        if not (self.cfg.get("distill") or {}).get("teacher"):
+            return []
+        from sesame.tasks.compression.distill import DistillationCallback
+
+        return [DistillationCallback()]
 
     # Output files --------------------------------------------------------------------------------
     def write_json(self, name: str, obj: Any) -> Path | None:

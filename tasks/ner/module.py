@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from sesame.heads.tagger import IGNORE_INDEX, TokenTaggerHead
+from sesame.tasks.distributed import gather_rows
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.ner.data import NerDataSettings, load_tag_names, stitch_words
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
@@ -94,7 +95,8 @@ class NerModule(EncoderTaskModule):
         return self.head.loss(logits, batch["labels"], mask=batch["word_index"] >= 0)
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._loss(self(batch), batch)
+        logits = self(batch)
+        loss = self.distill(self._loss(logits, batch), logits, batch, mask=batch["word_index"] >= 0)
         self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 
@@ -128,6 +130,8 @@ class NerModule(EncoderTaskModule):
         if not outputs or (self._trainer is not None and self.trainer.sanity_checking):
             return
         example, word, pred, gold = (np.concatenate(parts) for parts in zip(*outputs))
+        # Every rank's words; a word seen twice (sampler padding repeats windows) counts once.
+        example, word, pred, gold = gather_rows(example, word, pred, gold, key_columns=2)
         examples = self._split_examples(stage)
         num_words = None if examples is None else {i: len(t) for i, t in enumerate(examples.tokens)}
         keep, complete = complete_sentences(example, word, num_words)

@@ -59,6 +59,7 @@ class SquadModule(EncoderTaskModule):
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         start, end = self(batch)
         loss = self.head.loss(start, end, batch["start_positions"], batch["end_positions"])
+        loss = self.distill(loss, (start, end), batch)  # non-context positions (head-masked) are left out
         self.log("train_loss", loss, prog_bar=True, batch_size=start.shape[0])
         return loss
 

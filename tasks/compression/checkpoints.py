@@ -1,0 +1,79 @@
+"""Load a trained sesame module from a checkpoint (float or quantised), and write weights-only checkpoints."""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+
+from sesame.tasks.compression.int8 import is_quantized, quantize_module
+from sesame.tasks.evaluation import find_checkpoint
+from sesame.tasks.module import EncoderTaskModule
+
+
+def read_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """``(checkpoint file, its contents)`` for a .ckpt file or a run folder (its best, else last)."""
+    ckpt_path = find_checkpoint(path)
+    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    if "state_dict" not in checkpoint or "cfg" not in (checkpoint.get("hyper_parameters") or {}):
+        raise ValueError(f"{ckpt_path} is not a sesame checkpoint (no state_dict / hyper_parameters.cfg)")
+    return ckpt_path, checkpoint
+
+
+def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of the config a checkpoint's module was built from."""
+    return copy.deepcopy(checkpoint["hyper_parameters"]["cfg"])
+
+
+def build_module(cfg: dict[str, Any], state_dict: dict[str, Any] | None = None) -> EncoderTaskModule:
+    """The task module ``cfg`` names, quantised first when ``cfg`` says so, with ``state_dict`` loaded."""
+    cfg = OmegaConf.create(cfg)
+    module = get_class(cfg.task.module)(cfg)
+    if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
+        quantize_module(module)
+    if state_dict is not None:
+        module.load_state_dict(state_dict)
+    return module
+
+
+def load_trained(path: str | Path) -> tuple[EncoderTaskModule, dict[str, Any]]:
+    """The trained module of a .ckpt file or run folder (on CPU, eval mode), and its config."""
+    _, checkpoint = read_checkpoint(path)
+    cfg = checkpoint_config(checkpoint)
+    module = build_module(cfg, checkpoint["state_dict"])
+    return module.eval(), cfg
+
+
+def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path: str | Path) -> Path:
+    """Write ``{state_dict, hyper_parameters: {cfg}}`` atomically: what ``sesame-eval`` and
+    :func:`load_trained` read (no optimiser state, so its size is the model's size)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = {
+        "state_dict": module.state_dict(),
+        "hyper_parameters": {"cfg": cfg},
+        "pytorch-lightning_version": L.__version__,
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(checkpoint, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def state_dict_bytes(module: torch.nn.Module) -> int:
+    """Bytes of ``torch.save(module.state_dict())``: the model's size on disk, whatever else a checkpoint holds."""
+    with tempfile.TemporaryFile() as handle:
+        torch.save(module.state_dict(), handle)
+        return handle.tell()

@@ -1,0 +1,71 @@
+"""``sesame-compress``: make a trained model smaller or faster.
+
+    sesame-compress quantize outputs/glue/<run> outputs/glue/<run>-int8
+    sesame-eval task=glue checkpoint=outputs/glue/<run>-int8          # evaluates on CPU
+    sesame-compress drop-layers outputs/glue/<run> student --keep every_other
+    sesame-compress drop-layers minilm_l6 student-l3 --keep bottom --num-layers 3
+    sesame-train encoder.name_or_path=student/encoder distill.teacher=outputs/glue/<run>
+
+Each command prints a JSON report (also written as ``<output>/compression.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from sesame.tasks.cli.errors import user_errors_are_messages
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sesame-compress", description="Make a trained sesame model smaller or faster.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{quantize,drop-layers}")
+    q = commands.add_parser(
+        "quantize", help="dynamic int8 quantisation of every linear layer (CPU inference)",
+        description="Dynamic int8 quantisation (torch.ao.quantization.quantize_dynamic) of the encoder's and the "
+        "head's linear layers. Writes a run folder that sesame-eval evaluates (on CPU).",
+    )
+    q.add_argument("checkpoint", help="a sesame .ckpt file or run folder (its checkpoints/best.ckpt)")
+    q.add_argument("output", help="folder to write (checkpoints/best.ckpt, config.yaml, compression.json)")
+    d = commands.add_parser(
+        "drop-layers", help="keep k of the encoder's layers (a student initialisation)",
+        description="Write an encoder with only some of the source's transformer layers (renumbered), as "
+        "<output>/encoder; from a sesame checkpoint also the task model with the teacher's head copied "
+        "(<output>/checkpoints/best.ckpt).",
+    )
+    d.add_argument("source", help="a sesame .ckpt file or run folder, a Hugging Face encoder folder, or an alias (minilm_l6)")
+    d.add_argument("output", help="folder to write")
+    d.add_argument("--keep", default="every_other",
+                   help="every_other (the top layer and every second one below: 6 -> 1,3,5), bottom, top, "
+                   "or layer indices such as 0,2,4 (default: every_other)")
+    d.add_argument("--num-layers", type=int, default=None, help="how many layers to keep, with --keep bottom/top")
+    d.add_argument("--encoder-only", action="store_true", help="from a sesame checkpoint: write only the encoder folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with user_errors_are_messages():
+        if args.command == "quantize":
+            from sesame.tasks.compression.quantize import quantize_checkpoint
+
+            report = quantize_checkpoint(args.checkpoint, args.output)
+        else:
+            from sesame.tasks.compression.drop_layers import drop_layers
+
+            report = drop_layers(args.source, args.output, keep=args.keep, num_keep=args.num_layers,
+                                 encoder_only=args.encoder_only)
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()

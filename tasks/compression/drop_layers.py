@@ -1,0 +1,164 @@
+"""``sesame-compress drop-layers``: keep k of an encoder's transformer layers, as a student initialisation.
+
+Output folder:
+- ``encoder/``: a Hugging Face folder (``config.json`` with ``num_hidden_layers=k``, the kept layers'
+  weights renumbered 0..k-1, embeddings and everything outside the layer stack unchanged, and the
+  tokenizer), usable as ``encoder.name_or_path=<output>/encoder``;
+- from a sesame checkpoint (unless ``--encoder-only``): ``checkpoints/best.ckpt`` and ``config.yaml``,
+  the same task model on the smaller encoder with the teacher's fusion and head weights copied, which
+  ``sesame-eval checkpoint=<output>`` evaluates as it is;
+- ``compression.json``: source and kept layers.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+
+from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
+from sesame.tasks.compression.checkpoints import build_module, load_trained, save_weights_checkpoint
+from sesame.tasks.compression.int8 import is_quantized
+from sesame.tasks.encoder import load_tokenizer, resolve_name_or_path
+from sesame.tasks.evaluation import is_hf_model_folder
+
+log = logging.getLogger(__name__)
+
+KEEP_CHOICES = ("every_other", "bottom", "top")
+
+
+def select_layers(num_layers: int, keep: str, num_keep: int | None = None) -> list[int]:
+    """The indices (0 = bottom) of the layers a student keeps, ascending.
+
+    Args:
+        num_layers: layers of the source encoder.
+        keep: ``every_other`` (the top layer and every second one below it: 6 -> [1, 3, 5], 12 -> [1, 3,
+            ..., 11]; keeping the top layer keeps the features the head was trained on), ``bottom`` /
+            ``top`` (the lowest / highest ``num_keep``), or explicit indices ``"0,2,4"``.
+        num_keep: how many layers, for ``bottom`` and ``top``; with ``every_other`` it must agree.
+    """
+    if keep == "every_other":
+        layers = list(range(num_layers - 1, -1, -2))[::-1]
+        if num_keep is not None and num_keep != len(layers):
+            raise ValueError(f"--keep every_other keeps {len(layers)} of {num_layers} layers, not {num_keep}; "
+                             "use --keep bottom/top or explicit indices for another count")
+    elif keep in ("bottom", "top"):
+        if num_keep is None or not 1 <= num_keep <= num_layers:
+            raise ValueError(f"--keep {keep} needs --num-layers between 1 and {num_layers}")
+        layers = list(range(num_keep)) if keep == "bottom" else list(range(num_layers - num_keep, num_layers))
+    else:
+        try:
+            layers = sorted({int(part) for part in keep.split(",") if part.strip()})
+        except ValueError:
+            raise ValueError(f"--keep {keep!r}: use one of {', '.join(KEEP_CHOICES)} or layer indices like 0,2,4") from None
+        if not layers or layers[0] < 0 or layers[-1] >= num_layers:
+            raise ValueError(f"--keep {keep!r}: layer indices must lie in 0..{num_layers - 1}")
+        if num_keep is not None and num_keep != len(layers):
+            raise ValueError(f"--keep {keep!r} names {len(layers)} layers, but --num-layers is {num_keep}")
+    return layers
+
+
+def layer_stack_name(model: nn.Module, num_layers: int) -> str:
+    """Qualified name of the ``nn.ModuleList`` holding the transformer layers (``encoder.layer`` in BERT)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == num_layers:
+            return name
+    raise ValueError(f"could not find the stack of {num_layers} transformer layers in {type(model).__name__}")
+
+
+def renumber_layers(state_dict: dict[str, torch.Tensor], stack: str, layers: list[int]) -> dict[str, torch.Tensor]:
+    """``state_dict`` with only the kept layers of ``stack``, renumbered 0..k-1 in their order."""
+    new_index = {old: new for new, old in enumerate(layers)}
+    prefix = f"{stack}."
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if not key.startswith(prefix):
+            out[key] = value
+            continue
+        index, rest = key[len(prefix):].split(".", 1)
+        if int(index) in new_index:
+            out[f"{prefix}{new_index[int(index)]}.{rest}"] = value
+    return out
+
+
+def drop_model_layers(model: PreTrainedModel, layers: list[int]) -> PreTrainedModel:
+    """A new model of the same class with ``num_hidden_layers=len(layers)`` and those layers' weights."""
+    num_layers = int(model.config.num_hidden_layers)
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = len(layers)
+    # Configs that describe each layer (e.g. sliding / full attention per layer) keep the kept layers' entries.
+    for attr in ("layer_types",):
+        value = getattr(config, attr, None)
+        if isinstance(value, (list, tuple)) and len(value) == num_layers:
+            setattr(config, attr, [value[i] for i in layers])
+    student = type(model)(config).to(model.dtype)
+    stack = layer_stack_name(model, num_layers)
+    missing, unexpected = student.load_state_dict(renumber_layers(model.state_dict(), stack, layers), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"the renumbered weights do not fit a {len(layers)}-layer {type(model).__name__}: "
+                         f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return student.eval()
+
+
+def drop_layers(
+    source: str | Path, output_dir: str | Path, keep: str = "every_other", num_keep: int | None = None,
+    encoder_only: bool = False,
+) -> dict[str, Any]:
+    """Write the student encoder (and, from a sesame checkpoint, the student task model) into ``output_dir``.
+
+    ``source``: a Hugging Face encoder folder, an encoder alias (``minilm_l6``), a .ckpt file or a
+    sesame run folder (then the fine-tuned encoder inside it is the one reduced). Returns the report.
+    """
+    output_dir = Path(output_dir)
+    encoder_dir = output_dir / "encoder"
+    teacher = cfg = None
+    if is_hf_model_folder(source) or not Path(str(source)).exists():
+        path = resolve_name_or_path(str(source))
+        model = AutoModel.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
+    else:
+        teacher, cfg = load_trained(source)
+        if is_quantized(cfg):
+            raise ValueError(f"{source} is quantised; drop layers from the float checkpoint")
+        model, tokenizer = teacher.encoder.model, load_tokenizer(cfg["encoder"])
+    layers = select_layers(int(model.config.num_hidden_layers), keep, num_keep)
+    student = drop_model_layers(model, layers)
+    student.save_pretrained(encoder_dir)
+    tokenizer.save_pretrained(encoder_dir)
+    report: dict[str, Any] = {
+        "source": str(source), "kept_layers": layers, "num_layers": len(layers),
+        "source_num_layers": int(model.config.num_hidden_layers), "encoder": str(encoder_dir),
+    }
+    if teacher is not None and not encoder_only:
+        report["checkpoint"] = str(_write_student_checkpoint(teacher, cfg, encoder_dir, output_dir, layers, source))
+    write_json_atomic(output_dir / "compression.json", report)
+    log.info("kept layers %s of %d -> %s", layers, report["source_num_layers"], encoder_dir)
+    return report
+
+
+def _write_student_checkpoint(
+    teacher: nn.Module, cfg: dict[str, Any], encoder_dir: Path, output_dir: Path, layers: list[int], source: str | Path
+) -> Path:
+    """The teacher's task model on the student encoder, with the fusion and head weights copied."""
+    cfg = copy.deepcopy(cfg)
+    # The tokenizer was copied into the folder, so it comes from there too.
+    cfg["encoder"] = {**cfg["encoder"], "name_or_path": str(encoder_dir.resolve()), "tokenizer": None}
+    cfg["compression"] = {**(cfg.get("compression") or {}), "dropped_layers": {"source": str(source), "kept_layers": layers}}
+    student = build_module(cfg)
+    own = student.state_dict()
+    head = {k: v for k, v in teacher.state_dict().items() if not k.startswith("encoder.")}
+    misfit = sorted(k for k, v in head.items() if k not in own or own[k].shape != v.shape)
+    if misfit:
+        raise ValueError(f"the teacher's head does not fit the {len(layers)}-layer student ({', '.join(misfit[:5])}): "
+                         "a fusion over the teacher's layers (e.g. fusion=scalar_mix) has no counterpart; "
+                         "use --encoder-only and train the student's head")
+    student.load_state_dict({**own, **head})
+    ckpt = save_weights_checkpoint(student, cfg, output_dir / "checkpoints" / "best.ckpt")
+    write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    return ckpt

@@ -1,0 +1,86 @@
+"""Dynamic int8 quantisation: close logits, every linear layer converted, evaluation through sesame-eval."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra.utils import get_class
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+from sesame.tasks.compression.checkpoints import load_trained
+from sesame.tasks.compression.int8 import count_quantized_linear, is_quantized, quantize_module
+from sesame.tasks.compression.quantize import quantize_checkpoint
+from sesame.tasks.evaluation import evaluate
+from sesame.tasks.runner import build_datamodule, config_with_data, train
+
+TASKS = {"glue": ("task=glue",), "ner": ("task=ner",), "squad_v1": ("task=squad_v1", "data.max_eval_examples=8")}
+
+
+def _module_and_batch(make_cfg, task):
+    cfg = make_cfg(*TASKS[task])
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    cfg = config_with_data(cfg, dm)
+    torch.manual_seed(0)
+    module = get_class(cfg.task.module)(cfg).eval()
+    return module, next(iter(dm.val_dataloader()))
+
+
+def _as_tuple(out):
+    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_quantized_logits_stay_close_to_float(make_cfg, task):
+    module, batch = _module_and_batch(make_cfg, task)
+    with torch.no_grad():
+        expected = _as_tuple(module(batch))
+    linear_before = sum(type(m) is nn.Linear for m in module.modules())
+    quantize_module(module)
+    quantized, left = count_quantized_linear(module)
+    assert left == 0 and quantized == linear_before > 0
+    assert isinstance(module.encoder.model.encoder.layer[0].attention.self.query, DynamicLinear)
+    with torch.no_grad():
+        got = _as_tuple(module(batch))
+    for g, e in zip(got, expected):
+        real = e > torch.finfo(e.dtype).min / 4  # QA: positions outside the context are a fixed fill value
+        scale = e[real].abs().max()
+        err = (g[real] - e[real]).abs().max()
+        assert err <= 0.05 * scale + 1e-3, f"{task}: int8 error {err:.4f} for logits up to {scale:.4f}"
+        assert not torch.equal(g, e)  # it really runs int8 kernels
+
+
+@pytest.fixture(scope="module")
+def glue_run(make_cfg, tmp_path_factory):
+    run = tmp_path_factory.mktemp("glue_run")
+    metrics = train(make_cfg("data.max_eval_examples=64"), run)
+    return run, metrics
+
+
+def test_a_quantized_checkpoint_evaluates_through_sesame_eval(make_cfg, glue_run, tmp_path):
+    run, trained = glue_run
+    report = quantize_checkpoint(run, tmp_path / "int8")
+    assert report["quantized_linear_layers"] > 0 and report["float_linear_layers"] == 0
+    module, cfg = load_trained(tmp_path / "int8")
+    assert is_quantized(cfg) and count_quantized_linear(module)[1] == 0
+    got = evaluate(make_cfg("data.max_eval_examples=64", f"++checkpoint={tmp_path / 'int8'}"), tmp_path / "eval")
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
+    assert abs(got["val_accuracy"] - trained["val_accuracy"]) <= 0.1
+    float_preds = (run / "val_SST-2.tsv").read_text().splitlines()
+    int8_preds = (tmp_path / "eval" / "val_SST-2.tsv").read_text().splitlines()
+    assert len(int8_preds) == len(float_preds) == 65  # header + 64 predictions
+    assert sum(a == b for a, b in zip(float_preds, int8_preds)) >= 0.9 * len(float_preds)
+
+
+def test_the_console_script_quantizes_and_refuses_twice(glue_run, tmp_path):
+    run, _ = glue_run
+    cmd = [sys.executable, "-m", "sesame.tasks.compression.cli", "quantize"]
+    out = subprocess.run([*cmd, str(run), str(tmp_path / "q")], capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    assert report["method"] == "dynamic_int8" and (tmp_path / "q" / "checkpoints" / "best.ckpt").is_file()
+    assert json.loads((tmp_path / "q" / "compression.json").read_text()) == report
+    again = subprocess.run([*cmd, str(tmp_path / "q"), str(tmp_path / "qq")], capture_output=True, text=True)
+    assert again.returncode == 2 and "already quantised" in again.stderr
