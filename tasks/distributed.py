@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch.distributed as dist
 
 
@@ -23,3 +24,16 @@ def gather_by_index(rows: dict[int, Any]) -> dict[int, Any]:
     for part in gather_objects(rows):
         merged.update(part)
     return dict(sorted(merged.items()))
+
+
+def gather_rows(*columns: np.ndarray, key_columns: int = 1) -> tuple[np.ndarray, ...]:
+    """Concatenate equal-length column arrays from all ranks and drop rows whose key (the first
+    ``key_columns`` columns) repeats: the distributed sampler's padding repeats whole examples."""
+    parts = gather_objects(columns)
+    if len(parts) == 1:
+        return columns
+    merged = [np.concatenate(cols) for cols in zip(*parts)]
+    keys = np.stack(merged[:key_columns], axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    first.sort()
+    return tuple(col[first] for col in merged)

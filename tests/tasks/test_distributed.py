@@ -34,3 +34,15 @@ def test_ddp_on_two_processes_gives_the_single_process_metrics(make_cfg, tiny_be
 
 def test_gather_without_a_process_group_is_the_identity():
     assert gather_by_index({2: "b", 0: "a"}) == {0: "a", 2: "b"}
+
+
+def test_gather_rows_drops_repeated_keys(monkeypatch):
+    import numpy as np
+
+    from sesame.tasks import distributed
+
+    rank0 = (np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([5, 6, 7]))
+    rank1 = (np.array([2, 0]), np.array([0, 0]), np.array([8, 5]))  # (0, 0) is padding: a repeat
+    monkeypatch.setattr(distributed, "gather_objects", lambda obj: [rank0, rank1])
+    example, word, pred = distributed.gather_rows(*rank0, key_columns=2)
+    assert sorted(zip(example.tolist(), word.tolist(), pred.tolist())) == [(0, 0, 5), (0, 1, 6), (1, 0, 7), (2, 0, 8)]
