@@ -73,7 +73,8 @@ def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
 def attach_feature_cache(cfg: DictConfig, module: EncoderTaskModule, datamodule: L.LightningDataModule) -> None:
     """With ``cache.enabled``, compute the frozen encoder's features once (or reuse them) for every split."""
     cache_cfg = cfg.get("cache") or {}
-    if not cache_cfg.get("enabled"):
+    enabled = cache_cfg.get("enabled")
+    if not enabled or (enabled == "auto" and not module.encoder_frozen):
         return
     if not module.encoder_frozen:
         raise ValueError("cache.enabled=true needs finetune=frozen: a trained encoder's features change every step")

@@ -89,3 +89,10 @@ def test_cache_cli_lists_and_clears(make_cfg, tmp_path, capsys):
     assert folder.name in capsys.readouterr().out
     cache_main(["clear", "--dir", str(tmp_path)])
     assert not folder.exists()
+
+
+def test_auto_caches_exactly_the_frozen_runs_of_a_sweep(make_cfg, tmp_path):
+    train(make_cfg("finetune=full", "cache.enabled=auto", f"cache.dir={tmp_path / 'c'}", "data.max_train_examples=32"), tmp_path / "full")
+    assert list_entries(tmp_path / "c") == []
+    train(_frozen(make_cfg, tmp_path / "c", "cache.enabled=auto"), tmp_path / "frozen")
+    assert len(list_entries(tmp_path / "c")) == 1
