@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,15 +52,20 @@ def read_jobs(sweep_dir: str | Path) -> list[tuple[Path, list[str], dict[str, fl
     return jobs
 
 
+def pick_main_metric(names: Iterable[str]) -> str | None:
+    """The first of :data:`MAIN_METRICS` among ``names``."""
+    names = set(names)
+    return next((m for m in MAIN_METRICS if m in names), None)
+
+
 def main_metric(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: str | None = None) -> str:
     keys = set().union(*(m.keys() for _, _, m in jobs))
     if metric:
         if metric not in keys:
             raise ValueError(f"--metric {metric}: not in the jobs' metrics.json; they have {sorted(keys)}")
         return metric
-    for name in MAIN_METRICS:
-        if name in keys:
-            return name
+    if (name := pick_main_metric(keys)) is not None:
+        return name
     raise ValueError(f"no main metric found among {sorted(keys)}; pass --metric")
 
 

@@ -15,16 +15,20 @@ from omegaconf import DictConfig
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.paths import register_resolvers
 from sesame.tasks.runner import train
+from sesame.tasks.sweep_report import pick_main_metric
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="config")
-def _main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> float | None:
     run_dir = HydraConfig.get().runtime.output_dir
     with user_errors_are_messages():
-        train(cfg, run_dir)
+        metrics = train(cfg, run_dir)
     print(f"run folder: {run_dir}")
+    # The main metric is the job's return value: what Hydra's Optuna sweeper maximises.
+    name = pick_main_metric(metrics)
+    return None if name is None else metrics[name]
 
 
 def main() -> None:

@@ -53,3 +53,31 @@ def test_a_real_multirun_writes_every_job_folder(tiny_bert_dir, tmp_path):
         assert {"config.yaml", "metrics.json", "checkpoints", "val_SST-2.tsv"} <= files
     rows = variants(read_jobs(sweep), "val_accuracy")
     assert sorted(r.overrides for r in rows) == ["pooling=cls", "pooling=mean"]
+
+
+def test_optuna_search_runs_trials_and_reports_the_best(tiny_bert_dir, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep = tmp_path / "optuna"
+    subprocess.run(
+        [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "+experiment=optuna_sst2",
+         "hydra.sweeper.n_trials=2", f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.max_epochs=1",
+         "trainer.enable_progress_bar=false", "data.max_train_examples=32", "data.max_eval_examples=32",
+         f"cache.dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}"],
+        check=True, capture_output=True, text=True,
+    )
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    trials = read_jobs(sweep)
+    assert len(trials) == 2
+    assert best["best_value"] == max(m["val_accuracy"] for _, _, m in trials)
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "local_parallel"])
+def test_launcher_configs_compose(launcher, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    out = subprocess.run(
+        [sys.executable, "-m", "sesame.tasks.cli.train", f"hydra/launcher={launcher}", "--cfg", "hydra"],
+        check=True, capture_output=True, text=True,
+    )
+    launcher_cfg = yaml.safe_load(out.stdout)["hydra"]["launcher"]
+    assert launcher_cfg["_target_"].split(".")[-1] in ("SlurmLauncher", "JoblibLauncher")
