@@ -9,45 +9,9 @@ import torch
 
 from sesame.heads.span_decode import decode_predictions, top_spans_per_window
 
+from .reference_span_decoder import reference_decode
+
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa"]
-
-
-def reference_decode(start, end, offsets, ex_index, contexts, ids, n_best, max_len, allow_null, thresh):
-    """Obvious O(W * T^2) decoder with the documented tie-breaking and dedup rules."""
-    out = {}
-    for ex in sorted(set(ex_index)):
-        rows = [r for r, e in enumerate(ex_index) if e == ex]
-        cands, null = [], None
-        for rank, r in enumerate(rows):
-            T = len(start[r])
-            for s in range(T):
-                for e in range(T):
-                    if offsets[r][s][0] < 0 or offsets[r][e][0] < 0 or e < s or e - s + 1 > max_len:
-                        continue
-                    score = float(start[r][s]) + float(end[r][e])
-                    cs, ce = offsets[r][s][0], offsets[r][e][1]
-                    cands.append(((-score, cs, ce, rank, s, e), float(start[r][s]), float(end[r][e])))
-            ns = float(start[r][0]) + float(end[r][0])
-            if null is None or ns < null:
-                null = ns
-        cands.sort(key=lambda c: c[0])
-        nbest, seen = [], set()
-        for key, sl, el in cands:
-            if (key[1], key[2]) in seen:
-                continue
-            seen.add((key[1], key[2]))
-            nbest.append((contexts[ex][key[1] : key[2]], -key[0], sl, el))
-            if len(nbest) == n_best:
-                break
-        best_text, best_score = nbest[0][0], nbest[0][1]
-        answer = best_text
-        diff = None
-        if allow_null:
-            diff = null - best_score
-            if diff > thresh:
-                answer = ""
-        out[ids[ex]] = (answer, best_text, nbest, null if allow_null else None, diff)
-    return out
 
 
 def make_case(rng: random.Random, n_questions: int, integer: bool):
