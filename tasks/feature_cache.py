@@ -85,7 +85,8 @@ class FeatureCache:
         index = np.load(folder / "index.npz")
         self.features = np.load(folder / "features.npy", mmap_mode="r")
         starts, lengths = index["starts"], index["lengths"]
-        self.rows = {bytes(k): (int(s), int(n)) for k, s, n in zip(index["keys"], starts, lengths)}
+        # numpy's S16 drops trailing NUL bytes of a digest on the way back: pad them again.
+        self.rows = {bytes(k).ljust(16, b"\0"): (int(s), int(n)) for k, s, n in zip(index["keys"], starts, lengths)}
         self.hits = self.misses = 0
 
     def lookup(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:

@@ -45,6 +45,8 @@ def test_lookup_gives_the_encoder_output(make_cfg, tmp_path):
         expected = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     got = cache.lookup(batch)
     mask = batch["attention_mask"].bool()
+    # Every example of every loader is found (digests ending in NUL bytes included).
+    assert all(cache.lookup(b) is not None for loader in loaders for b in loader) and cache.misses == 0
     for g, e in zip(got, expected):
         torch.testing.assert_close(g[mask], e[mask], rtol=1e-4, atol=1e-5)
 
@@ -96,3 +98,17 @@ def test_auto_caches_exactly_the_frozen_runs_of_a_sweep(make_cfg, tmp_path):
     assert list_entries(tmp_path / "c") == []
     train(_frozen(make_cfg, tmp_path / "c", "cache.enabled=auto"), tmp_path / "frozen")
     assert len(list_entries(tmp_path / "c")) == 1
+
+
+def test_digests_ending_in_nul_bytes_survive_the_index(tmp_path):
+    import json
+
+    import numpy as np
+
+    from sesame.tasks.feature_cache import FORMAT_VERSION, FeatureCache
+
+    key = b"\x07" * 14 + b"\0\0"
+    np.save(tmp_path / "features.npy", np.ones((3, 2, 4), dtype=np.float32))
+    np.savez(tmp_path / "index.npz", keys=np.array([key], dtype="S16"), starts=np.array([0]), lengths=np.array([3]))
+    (tmp_path / "meta.json").write_text(json.dumps({"format": FORMAT_VERSION, "num_tokens": 3}))
+    assert FeatureCache(tmp_path).rows == {key: (0, 3)}
