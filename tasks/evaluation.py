@@ -42,7 +42,9 @@ def load_for_evaluation(cfg: DictConfig) -> tuple[EncoderTaskModule, DictConfig]
         if trained.task.name != cfg.task.name:
             raise ValueError(f"{ckpt_path} was trained for task={trained.task.name}, not task={cfg.task.name}")
         # The trained model's settings; this command's data files and trainer; never the training file.
-        data = OmegaConf.merge(cfg.data, {"train_file": None, "label_names": trained.data.get("label_names")})
+        # Its label / tag set too (GLUE label_names, NER tag_names; QA data has neither key).
+        labels = {k: trained.data[k] for k in ("label_names", "tag_names") if k in trained.data}
+        data = OmegaConf.merge(cfg.data, {"train_file": None, **labels})
         datamodule_cfg = OmegaConf.merge(trained, {"data": data, "trainer": cfg.trainer})
         module = get_class(trained.task.module)(trained)
         if is_quantized(trained):  # int8 weights load only into the same quantised structure, run on CPU

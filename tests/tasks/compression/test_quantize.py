@@ -84,3 +84,15 @@ def test_the_console_script_quantizes_and_refuses_twice(glue_run, tmp_path):
     assert json.loads((tmp_path / "q" / "compression.json").read_text()) == report
     again = subprocess.run([*cmd, str(tmp_path / "q"), str(tmp_path / "qq")], capture_output=True, text=True)
     assert again.returncode == 2 and "already quantised" in again.stderr
+
+
+@pytest.mark.parametrize(("task", "files"), [("ner", ["val_predictions.conll"]), ("squad_v1", ["predictions.json", "nbest_predictions.json"])])
+def test_quantized_ner_and_qa_checkpoints_evaluate_and_predict(make_cfg, tmp_path, task, files):
+    overrides = (f"task={task}", "data.max_eval_examples=16")
+    trained = train(make_cfg(*overrides), tmp_path / "run")
+    quantize_checkpoint(tmp_path / "run", tmp_path / "int8")
+    got = evaluate(make_cfg(*overrides, f"++checkpoint={tmp_path / 'int8'}"), tmp_path / "eval")
+    scale = 100 if task == "squad_v1" else 1  # SQuAD's F1 is in percent
+    assert abs(got["val_f1"] - trained["val_f1"]) <= 0.2 * scale
+    for name in files:
+        assert (tmp_path / "eval" / name).stat().st_size > 0
