@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import datasets
-import lightning as L
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
 
 from sesame.tasks.batching import make_loader
+from sesame.tasks.datamodule import SplitDataModule
 from sesame.tasks.glue.readers import DataFileError, encode_labels, read_glue_tsv, read_table
 from sesame.tasks.glue.specs import GlueTaskSpec, glue_spec
 
@@ -37,7 +37,7 @@ def sentence_task_spec(cfg: DictConfig) -> GlueTaskSpec:
     )
 
 
-class SentenceDataModule(L.LightningDataModule):
+class SentenceDataModule(SplitDataModule):
     def __init__(self, cfg: DictConfig, tokenizer: PreTrainedTokenizerFast) -> None:
         super().__init__()
         self.cfg = cfg
@@ -46,7 +46,6 @@ class SentenceDataModule(L.LightningDataModule):
         self.spec = sentence_task_spec(cfg)
         self.splits: dict[str, datasets.Dataset] = {}
         self.collator = DataCollatorWithPadding(tokenizer)
-        self.resume_at: tuple[int, int] | None = None  # (epoch, batches done), set when resuming mid-epoch
 
     # Reading ---------------------------------------------------------------------------------------
     def _read(self, path: str, require_labels: bool = True) -> datasets.Dataset:
@@ -105,22 +104,10 @@ class SentenceDataModule(L.LightningDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         ds = self.splits[split]
         batch_size = int(self.data.batch_size if train else self.data.eval_batch_size)
-        loader = make_loader(
+        return make_loader(
             ds, train=train, batch_size=batch_size, collate_fn=self._collate, num_workers=int(self.data.get("num_workers", 0)),
             lengths=None if train else [len(ids) for ids in ds["input_ids"]], seed=int(self.cfg.seed), resume_at=self.resume_at,
         )
-        if train:
-            self.resume_at = None
-        return loader
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("validation", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
 
     def has_split(self, split: str) -> bool:
         return split in self.splits

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import lightning as L
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -42,6 +41,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import make_loader
+from sesame.tasks.datamodule import SplitDataModule
 
 log = logging.getLogger(__name__)
 
@@ -539,7 +539,7 @@ def load_tag_names(settings: NerDataSettings) -> list[str]:
     return build_tag_set(apply_tag_scheme(train, settings.tag_scheme).tags)
 
 
-class NerDataModule(L.LightningDataModule):
+class NerDataModule(SplitDataModule):
     """Token tagging data (``task=ner``). Built as ``NerDataModule(cfg, tokenizer)``; reads ``cfg.data``.
 
     After ``setup``: ``tag_names``, ``examples[split]`` (the sentences, for metrics and prediction
@@ -555,7 +555,6 @@ class NerDataModule(L.LightningDataModule):
         self.examples: dict[str, NerExamples] = {}
         self.splits: dict[str, datasets.Dataset] = {}
         self.collator = NerCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
-        self.resume_at: tuple[int, int] | None = None  # (epoch, batches done), set when resuming mid-epoch
 
     def _read(self, key: str) -> NerExamples:
         s = self.settings
@@ -598,20 +597,9 @@ class NerDataModule(L.LightningDataModule):
             raise NerDataError(f"no {split} data: set data.{'train' if split == 'train' else split}_file")
         ds = self.splits[split]
         s = self.settings
-        loader = make_loader(
+        return make_loader(
             ds, train=train, batch_size=int(s.batch_size if train else s.eval_batch_size), collate_fn=self.collator,
             num_workers=int(s.num_workers), lengths=None if train else [len(ids) for ids in ds["input_ids"]],
             seed=int(self.cfg.get("seed", 0)), resume_at=self.resume_at,
         )
-        if train:
-            self.resume_at = None
-        return loader
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("validation", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
