@@ -61,12 +61,16 @@ def build_trainer(cfg: DictConfig, run_dir: Path, monitor: str | None, extra_cal
 
 
 def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Lightning's per-dataloader result dicts -> one flat ``{name: float}``."""
+    """Lightning's per-dataloader result dicts -> one flat ``{name: float}`` (NaN -> None).
+
+    Tasks name their metrics per evaluation set (``val_accuracy``, ``val_mm_accuracy``), so the
+    dataloader suffix Lightning may add carries nothing and is dropped.
+    """
     out: dict[str, float] = {}
     for result in results:
         for key, value in result.items():
             value = float(value)
-            out[key.split("/dataloader_idx_")[0] if len(results) == 1 else key] = value if math.isfinite(value) else None
+            out[key.split("/dataloader_idx_")[0]] = value if math.isfinite(value) else None
     return out
 
 

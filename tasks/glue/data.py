@@ -20,6 +20,10 @@ from sesame.tasks.glue.readers import DataFileError, encode_labels, read_glue_ts
 from sesame.tasks.glue.specs import GlueTaskSpec, glue_spec
 
 
+# Evaluation splits and the data keys naming their files; MNLI also has a mismatched dev set.
+EVAL_SPLITS = (("validation", "validation_file"), ("validation_mismatched", "validation_mismatched_file"), ("test", "test_file"))
+
+
 def sentence_task_spec(cfg: DictConfig) -> GlueTaskSpec:
     """The spec of a run: a GLUE task, or one described by ``data.*`` keys for text_classification."""
     if cfg.task.name == "glue":
@@ -83,7 +87,7 @@ class SentenceDataModule(SplitDataModule):
             return
         if stage in (None, "fit") and self.data.get("train_file"):
             self.splits["train"] = self._limit(self._read(self.data.train_file), "max_train_examples")
-        for split, key in (("validation", "validation_file"), ("test", "test_file")):
+        for split, key in EVAL_SPLITS:
             if self.data.get(key):
                 self.splits[split] = self._limit(self._read(self.data[key], require_labels=False), "max_eval_examples")
         if not self.splits:
@@ -108,6 +112,12 @@ class SentenceDataModule(SplitDataModule):
             ds, train=train, batch_size=batch_size, collate_fn=self._collate, num_workers=int(self.data.get("num_workers", 0)),
             lengths=None if train else [len(ids) for ids in ds["input_ids"]], seed=int(self.cfg.seed), resume_at=self.resume_at,
         )
+
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        """The dev set, and for MNLI the mismatched dev set as a second loader (dataloader_idx 1)."""
+        if "validation_mismatched" not in self.splits:
+            return self._loader("validation", train=False)
+        return [self._loader("validation", train=False), self._loader("validation_mismatched", train=False)]
 
     def has_split(self, split: str) -> bool:
         return split in self.splits

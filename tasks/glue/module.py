@@ -20,6 +20,12 @@ from sesame.tasks.module import EncoderTaskModule
 
 
 class SentenceClassificationModule(EncoderTaskModule):
+    """``forward(batch) -> logits [B, num_labels]``: fused features -> ``pooling`` -> dropout -> linear.
+
+    Evaluation stages: ``val``, ``val_mm`` (MNLI mismatched, the second validation loader), ``test``;
+    each logs the task's GLUE metrics as ``<stage>_<metric>`` and writes ``<stage>_<TASK>.tsv``.
+    """
+
     def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
         super().__init__(cfg)
         self.spec = sentence_task_spec(self.cfg)
@@ -35,7 +41,7 @@ class SentenceClassificationModule(EncoderTaskModule):
         num_labels = 1 if self.label_names is None else len(self.label_names)
         self.head = SequenceClassifierHead(self.pooling.output_size, num_labels, dropout=self.cfg.head.dropout)
         self.main_metric = f"val_{self.spec.metrics[0]}"
-        self._outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+        self._outputs: dict[str, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]] = {}
 
     def load_hf_head(self, folder: str | Path) -> None:
         """Load the ``classifier.*`` weights of a Hugging Face ``...ForSequenceClassification`` folder."""
@@ -58,24 +64,26 @@ class SentenceClassificationModule(EncoderTaskModule):
         logits = self(batch)
         labels = batch.get("labels")
         if labels is not None:
-            self.log(f"{stage}_loss", self.head.loss(logits, labels), batch_size=logits.shape[0])
-        self._outputs.append((batch["index"].cpu(), self._predict(logits).float().cpu(), None if labels is None else labels.cpu()))
+            self.log(f"{stage}_loss", self.head.loss(logits, labels), batch_size=logits.shape[0], add_dataloader_idx=False)
+        self._outputs.setdefault(stage, []).append((batch["index"].cpu(), self._predict(logits).float().cpu(), None if labels is None else labels.cpu()))
 
-    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val")
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, "val_mm" if dataloader_idx == 1 else "val")
 
     def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "test")
 
-    def _eval_epoch_end(self, stage: str) -> None:
-        if not self._outputs:
-            return
+    def _eval_epoch_end(self, stages: tuple[str, ...]) -> None:
+        for stage in stages:
+            if self._outputs.get(stage):
+                self._score_and_write(stage, self._outputs.pop(stage))
+
+    def _score_and_write(self, stage: str, outputs: list) -> None:
         rows = {
             int(i): (float(p), None if refs is None else float(r))
-            for index, preds, refs in self._outputs
+            for index, preds, refs in outputs
             for i, p, r in zip(index.tolist(), preds.tolist(), refs.tolist() if refs is not None else [None] * len(index))
         }
-        self._outputs.clear()
         rows = gather_by_index(rows)  # all ranks' predictions, each example once
         index = list(rows)
         preds = [p for p, _ in rows.values()]
@@ -87,10 +95,12 @@ class SentenceClassificationModule(EncoderTaskModule):
             )
             for name, value in metrics.items():
                 self.log(f"{stage}_{name}", value, prog_bar=True, sync_dist=False, rank_zero_only=False)
-        self.write_text(f"{stage}_{self.spec.submission_name}.tsv", submission_tsv(index, preds, self.label_names))
+        # GLUE's names: MNLI-m.tsv for matched, MNLI-mm.tsv for mismatched.
+        name = self.spec.submission_name + ("m" if stage == "val_mm" else "")
+        self.write_text(f"{stage}_{name}.tsv", submission_tsv(index, preds, self.label_names))
 
     def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
+        self._eval_epoch_end(("val", "val_mm"))
 
     def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
+        self._eval_epoch_end(("test",))

@@ -29,7 +29,7 @@ GLUE_TASKS: dict[str, GlueTaskSpec] = {
     "qqp": GlueTaskSpec("question1", "question2", "is_duplicate", ("0", "1"), ("f1", "accuracy"), "QQP"),
     "stsb": GlueTaskSpec("sentence1", "sentence2", "score", None, ("pearson", "spearmanr"), "STS-B"),
     "mnli": GlueTaskSpec(
-        "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"), ("accuracy",), "MNLI"
+        "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"), ("accuracy",), "MNLI-m"
     ),
     "qnli": GlueTaskSpec("question", "sentence", "label", ("entailment", "not_entailment"), ("accuracy",), "QNLI"),
     "rte": GlueTaskSpec("sentence1", "sentence2", "label", ("entailment", "not_entailment"), ("accuracy",), "RTE"),

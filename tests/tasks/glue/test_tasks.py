@@ -68,3 +68,21 @@ def test_pooler_on_an_encoder_without_one_is_a_clear_error(make_cfg, tiny_bert_d
     cfg = make_cfg("pooling=pooler", f"encoder.name_or_path={tmp_path / 'nopool'}")
     with pytest.raises(ValueError, match="has no pooler"):
         SentenceClassificationModule(cfg)
+
+
+def test_mnli_scores_matched_and_mismatched(make_cfg, tmp_path):
+    header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tgold_label\n"
+    rows = [("a man sleeps", "a man is awake", "contradiction"), ("a dog runs", "an animal moves", "entailment"),
+            ("kids play", "it is sunny", "neutral")] * 4
+    def write(name, genre):
+        path = tmp_path / name
+        path.write_text(header + "".join(f"{i}\t0\t0\t{genre}\t{a}\t{b}\t{g}\n" for i, (a, b, g) in enumerate(rows)))
+        return path
+    cfg = make_cfg("data=mnli", f"data.train_file={write('train.tsv', 'fiction')}",
+                   f"data.validation_file={write('m.tsv', 'fiction')}",
+                   f"data.validation_mismatched_file={write('mm.tsv', 'letters')}")
+    metrics = train(cfg, tmp_path / "run")
+    assert {"val_accuracy", "val_mm_accuracy", "val_loss", "val_mm_loss"} <= set(metrics)
+    for name in ("val_MNLI-m.tsv", "val_mm_MNLI-mm.tsv"):
+        lines = (tmp_path / "run" / name).read_text().splitlines()
+        assert len(lines) == 13 and lines[1].split("\t")[1] in ("contradiction", "entailment", "neutral")
