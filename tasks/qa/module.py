@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from sesame.heads.span_decode import QuestionPrediction, decode_predictions
 from sesame.heads.span_pointer import SpanPointerHead
+from sesame.tasks.distributed import gather_objects
 from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.qa.metrics import compute
@@ -87,6 +89,7 @@ class SquadModule(EncoderTaskModule):
         if not self._outputs:
             return
         outputs, self._outputs = self._outputs, []
+        outputs = [o for part in gather_objects(outputs) for o in part]  # every rank's windows
         width = max(o[2].shape[1] for o in outputs)  # batches were padded to their own length
 
         def cat(i: int, pad: float) -> torch.Tensor:
@@ -96,8 +99,9 @@ class SquadModule(EncoderTaskModule):
             extra = (0, 0) if parts[0].dim() == 3 else ()
             return torch.cat([F.pad(p, (*extra, 0, width - p.shape[1]), value=pad) for p in parts])
 
-        # Back to feature order, so the windows of each question come in document order.
-        order = cat(0, 0).argsort()
+        # Back to feature order, so the windows of each question come in document order; a window a
+        # distributed sampler repeated as padding counts once.
+        order = torch.from_numpy(np.unique(cat(0, 0).numpy(), return_index=True)[1])
         example_index = cat(1, 0)[order]
         start, end, offsets = cat(2, 0.0)[order], cat(3, 0.0)[order], cat(4, -1)[order]
         examples = self._examples(stage)
