@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.batching import LengthSortedSampler
+from sesame.tasks.batching import make_loader
+from sesame.tasks.datamodule import SplitDataModule
 
 log = logging.getLogger(__name__)
 
@@ -393,7 +393,7 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-class SquadDataModule(L.LightningDataModule):
+class SquadDataModule(SplitDataModule):
     """SQuAD v1.1 / v2.0 from JSON files named in ``cfg.data``.
 
     Keys: ``train_file``, ``validation_file``, ``test_file`` (each optional), ``max_seq_length``
@@ -426,6 +426,7 @@ class SquadDataModule(L.LightningDataModule):
         self.on_bad_example = str(_get(data, "on_bad_example", "error"))
         self.drop_train_overlap = bool(_get(data, "drop_train_overlap", True))
         self.collate = WindowCollator(tokenizer.pad_token_id)
+        self.seed = int(_get(cfg, "seed", 0))
         self._examples: dict[str, datasets.Dataset] = {}
         self._windows: dict[str, WindowDataset] = {}
         self.reports: dict[str, LoadReport] = {}
@@ -498,17 +499,7 @@ class SquadDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         ds = self.windows(split)
-        common = {"collate_fn": self.collate, "num_workers": self.num_workers,
-                  "persistent_workers": self.num_workers > 0}
-        if train:
-            return DataLoader(ds, batch_size=self.batch_size, shuffle=True, **common)
-        return DataLoader(ds, batch_size=self.eval_batch_size, sampler=LengthSortedSampler(ds.lengths()), **common)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("validation", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
+        return make_loader(
+            ds, train=train, batch_size=self.batch_size if train else self.eval_batch_size, collate_fn=self.collate,
+            num_workers=self.num_workers, lengths=None if train else ds.lengths(), seed=self.seed, resume_at=self.resume_at,
+        )
