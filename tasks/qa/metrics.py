@@ -49,14 +49,7 @@ def exact_match_score(prediction: str, ground_truth: str) -> int:
 
 def f1_score_v1(prediction: str, ground_truth: str) -> float:
     """v1.1 token F1: 0 when nothing is shared (so an empty prediction scores 0)."""
-    pred_toks = normalize_answer(prediction).split()
-    gold_toks = normalize_answer(ground_truth).split()
-    num_same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
-    if num_same == 0:
-        return 0.0
-    precision = num_same / len(pred_toks)
-    recall = num_same / len(gold_toks)
-    return 2 * precision * recall / (precision + recall)
+    return _overlap_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
 
 
 def f1_score_v2(prediction: str, ground_truth: str) -> float:
@@ -64,6 +57,11 @@ def f1_score_v2(prediction: str, ground_truth: str) -> float:
     pred_toks, gold_toks = get_tokens(prediction), get_tokens(ground_truth)
     if not pred_toks or not gold_toks:
         return float(pred_toks == gold_toks)
+    return _overlap_f1(pred_toks, gold_toks)
+
+
+def _overlap_f1(pred_toks: list[str], gold_toks: list[str]) -> float:
+    """Harmonic mean of token precision and recall (bag of tokens); 0 when nothing is shared."""
     num_same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
     if num_same == 0:
         return 0.0
