@@ -10,26 +10,31 @@ from sesame.tasks.distributed import gather_by_index
 from sesame.tasks.runner import train
 
 
-def _eval(run, out, tiny_bert_dir, *extra):
+def _eval(run, out, tiny_bert_dir, task, *extra):
     subprocess.run(
-        [sys.executable, "-m", "sesame.tasks.cli.eval", f"checkpoint={run}", f"encoder.name_or_path={tiny_bert_dir}",
-         "trainer=debug", "trainer.limit_val_batches=null", "trainer.enable_progress_bar=false",
-         "data.max_eval_examples=101", "data.eval_batch_size=16", f"hydra.run.dir={out}", *extra],
+        [sys.executable, "-m", "sesame.tasks.cli.eval", f"task={task}", f"checkpoint={run}",
+         f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.limit_val_batches=null",
+         "trainer.enable_progress_bar=false", "data.max_eval_examples=41", "data.eval_batch_size=8",
+         f"hydra.run.dir={out}", *extra],
         check=True, capture_output=True, text=True, timeout=600,
     )
     return json.loads((out / "metrics.json").read_text())
 
 
-def test_ddp_on_two_processes_gives_the_single_process_metrics(make_cfg, tiny_bert_dir, tmp_path):
-    train(make_cfg("data.max_train_examples=64"), tmp_path / "run")
-    single = _eval(tmp_path / "run", tmp_path / "one", tiny_bert_dir)
-    ddp = _eval(tmp_path / "run", tmp_path / "two", tiny_bert_dir,
+# task, main metric, the prediction file every example must appear in once
+TASKS = [("glue", "val_accuracy", "val_SST-2.tsv"), ("ner", "val_f1", "val_predictions.conll"),
+         ("squad_v1", "val_f1", "predictions.json")]
+
+
+@pytest.mark.parametrize("task, metric, predictions", TASKS, ids=[t[0] for t in TASKS])
+def test_ddp_on_two_processes_gives_the_single_process_metrics(make_cfg, tiny_bert_dir, tmp_path, task, metric, predictions):
+    train(make_cfg(f"task={task}", "data.max_train_examples=32", "data.max_eval_examples=41"), tmp_path / "run")
+    single = _eval(tmp_path / "run", tmp_path / "one", tiny_bert_dir, task)
+    ddp = _eval(tmp_path / "run", tmp_path / "two", tiny_bert_dir, task,
                 "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu")
-    assert ddp["val_accuracy"] == pytest.approx(single["val_accuracy"])
-    # 101 examples over 2 ranks: the sampler repeats one; the prediction file still has 101 rows
-    rows = (tmp_path / "two" / "val_SST-2.tsv").read_text().splitlines()[1:]
-    assert [int(r.split("\t")[0]) for r in rows] == list(range(101))
-    assert rows == (tmp_path / "one" / "val_SST-2.tsv").read_text().splitlines()[1:]
+    assert ddp[metric] == pytest.approx(single[metric], abs=1e-6)
+    # 41 examples over 2 ranks: the sampler repeats one; each is still predicted exactly once
+    assert (tmp_path / "two" / predictions).read_text() == (tmp_path / "one" / predictions).read_text()
 
 
 def test_gather_without_a_process_group_is_the_identity():
