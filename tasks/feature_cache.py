@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from sesame.tasks.encoder import Encoder
 
@@ -159,7 +160,7 @@ def _build(
         was_training = encoder.training
         encoder.eval()
         total = sum(len(loader) for loader in loaders if hasattr(loader, "__len__"))
-        bar = _progress(total, f"caching frozen features in {folder}", progress)
+        bar = tqdm(total=total or None, desc=f"caching frozen features in {folder}", unit="batch", disable=not progress)
         with preserved_rng(), torch.inference_mode():
             for loader in loaders:
                 for batch in loader:
@@ -189,19 +190,6 @@ def _build(
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-class _NoBar:
-    def update(self, n: int) -> None: ...
-    def close(self) -> None: ...
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total or None, desc=desc, unit="batch")
 
 
 def list_entries(cache_dir: str | Path | None = None) -> list[dict[str, Any]]:

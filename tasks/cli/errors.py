@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from collections.abc import Iterator
-
-log = logging.getLogger("sesame")
 
 USER_ERRORS = (FileNotFoundError, ValueError, KeyError)
 
