@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
 
+from sesame.tasks.config_access import config_value
+
 
 def _minilm_l6_path() -> str:
     try:
@@ -54,13 +56,10 @@ def resolve_name_or_path(name_or_path: str) -> str:
     return name_or_path
 
 
-def _get(cfg: Mapping[str, Any] | Any, key: str, default: Any = None) -> Any:
-    return cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-
 
 def load_tokenizer(encoder_cfg: Mapping[str, Any] | str) -> PreTrainedTokenizerFast:
     """The encoder's fast tokenizer (offsets and word ids need a fast one)."""
-    name = encoder_cfg if isinstance(encoder_cfg, str) else _get(encoder_cfg, "tokenizer") or _get(encoder_cfg, "name_or_path")
+    name = encoder_cfg if isinstance(encoder_cfg, str) else config_value(encoder_cfg, "tokenizer") or config_value(encoder_cfg, "name_or_path")
     path = resolve_name_or_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True)
     if not getattr(tokenizer, "is_fast", False):
@@ -100,7 +99,7 @@ class Encoder(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Encoder:
-        return cls(_get(cfg, "name_or_path"), dtype=_get(cfg, "dtype"), attn_implementation=_get(cfg, "attn_implementation"))
+        return cls(config_value(cfg, "name_or_path"), dtype=config_value(cfg, "dtype"), attn_implementation=config_value(cfg, "attn_implementation"))
 
     def has_pretrained(self, prefix: str) -> bool:
         """Whether ``model.<prefix>`` exists and came from the checkpoint, not a fresh initialisation."""

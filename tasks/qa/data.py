@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import make_loader
+from sesame.tasks.config_access import config_value
 from sesame.tasks.datamodule import SplitDataModule
 
 log = logging.getLogger(__name__)
@@ -388,10 +389,6 @@ class WindowCollator:
 
 
 # DataModule ------------------------------------------------------------------------------------------
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if value is None else value
-
 
 class SquadDataModule(SplitDataModule):
     """SQuAD v1.1 / v2.0 from JSON files named in ``cfg.data``.
@@ -413,20 +410,20 @@ class SquadDataModule(SplitDataModule):
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token)")
-        self.max_seq_length = int(_get(data, "max_seq_length", 384))
+        self.max_seq_length = int(config_value(data, "max_seq_length", 384))
         model_limit = getattr(tokenizer, "model_max_length", None) or 0
         if 0 < model_limit < 1_000_000 and self.max_seq_length > model_limit:  # huge = "no limit" sentinel
             raise ValueError(f"data.max_seq_length={self.max_seq_length} exceeds the encoder's {model_limit} positions. "
                              f"Fix: set data.max_seq_length <= {model_limit}; long contexts are windowed anyway")
-        self.doc_stride = int(_get(data, "doc_stride", 128))
-        self.batch_size = int(_get(data, "batch_size", 32))
-        self.eval_batch_size = int(_get(data, "eval_batch_size", self.batch_size))
-        self.num_workers = int(_get(data, "num_workers", 0))
-        self.version_2 = bool(_get(data, "version_2_with_negative", False))
-        self.on_bad_example = str(_get(data, "on_bad_example", "error"))
-        self.drop_train_overlap = bool(_get(data, "drop_train_overlap", True))
+        self.doc_stride = int(config_value(data, "doc_stride", 128))
+        self.batch_size = int(config_value(data, "batch_size", 32))
+        self.eval_batch_size = int(config_value(data, "eval_batch_size", self.batch_size))
+        self.num_workers = int(config_value(data, "num_workers", 0))
+        self.version_2 = bool(config_value(data, "version_2_with_negative", False))
+        self.on_bad_example = str(config_value(data, "on_bad_example", "error"))
+        self.drop_train_overlap = bool(config_value(data, "drop_train_overlap", True))
         self.collate = WindowCollator(tokenizer.pad_token_id)
-        self.seed = int(_get(cfg, "seed", 0))
+        self.seed = int(config_value(cfg, "seed", 0))
         self._examples: dict[str, datasets.Dataset] = {}
         self._windows: dict[str, WindowDataset] = {}
         self.reports: dict[str, LoadReport] = {}
@@ -434,7 +431,7 @@ class SquadDataModule(SplitDataModule):
     FILE_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 
     def has_split(self, split: str) -> bool:
-        return bool(_get(self.data, self.FILE_KEYS[split]))
+        return bool(config_value(self.data, self.FILE_KEYS[split]))
 
     def setup(self, stage: str | None = None) -> None:
         # Evaluation splits first: the training split's overlap check reads their contexts.
@@ -444,11 +441,11 @@ class SquadDataModule(SplitDataModule):
                 self._build(split)
 
     def _build(self, split: str) -> None:
-        path = _get(self.data, self.FILE_KEYS[split])
+        path = config_value(self.data, self.FILE_KEYS[split])
         ds, report = read_squad(path, allow_impossible=self.version_2, on_bad_example=self.on_bad_example)
         if split == "train" and self.drop_train_overlap:
             ds = self._without_eval_contexts(ds, path)
-        limit = _get(self.data, "max_train_examples" if split == "train" else "max_eval_examples")
+        limit = config_value(self.data, "max_train_examples" if split == "train" else "max_eval_examples")
         if limit is not None:
             ds = ds.select(range(min(int(limit), len(ds))))
         too_long = check_question_lengths(ds, self.tokenizer, self.max_seq_length, self.doc_stride)
