@@ -36,7 +36,7 @@ from sesame.tasks.feature_cache import example_keys
 from sesame.tasks.module import EncoderTaskModule
 
 log = logging.getLogger(__name__)
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: logits from before the encoder passed token_type_ids to BERT (transformers 5) are stale
 
 
 @dataclass(frozen=True)

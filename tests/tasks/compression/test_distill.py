@@ -153,6 +153,17 @@ def test_the_logit_cache_refits_per_token_rows_to_another_padding(tmp_path):
     assert key in TeacherLogitCache(tmp_path / "t.npz").rows
 
 
+def test_a_logit_cache_of_another_format_is_read_as_cold(tmp_path, monkeypatch):
+    from sesame.tasks.compression import distill
+
+    cache = TeacherLogitCache(tmp_path / "t.npz")
+    cache.add(_rows(3, 6, width=6), (torch.randn(2, 4),))
+    cache.save()
+    assert len(TeacherLogitCache(tmp_path / "t.npz")) == 2
+    monkeypatch.setattr(distill, "CACHE_FORMAT", distill.CACHE_FORMAT + 1)  # logits from older code are stale
+    assert len(TeacherLogitCache(tmp_path / "t.npz")) == 0
+
+
 def _teacher_calls(monkeypatch):
     """Count encoder passes of the teacher (the one module whose config has no distill.teacher)."""
     calls = []
