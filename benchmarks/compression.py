@@ -19,6 +19,7 @@ reused when the script is run again with the same --out (--fresh redoes them).
     python benchmarks/compression.py                                   # both tasks (hours on a CPU)
     python benchmarks/compression.py --tasks sst2 --sst2-run outputs/glue/<run>
     python benchmarks/compression.py --distill-override trainer.max_epochs=3 --gold-student
+    python benchmarks/compression.py --squad_v1-override data.max_eval_examples=1000   # part of dev
     python benchmarks/compression.py --quick                           # shipped slices, a few batches
 """
 
@@ -63,6 +64,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for task in TASKS:
         parser.add_argument(f"--{task}-run", type=Path, default=None, dest=f"{task}_run",
                             help=f"an existing fine-tuned {task} run folder (or .ckpt) instead of fine-tuning")
+        parser.add_argument(f"--{task}-override", action="append", default=[], metavar="KEY=VALUE",
+                            dest=f"{task}_override",
+                            help=f"Hydra override for every {task} training and evaluation (repeatable), "
+                            "e.g. data.max_eval_examples=1000")
     parser.add_argument("--keep", default="every_other", help="drop-layers selection (every_other, bottom, top, 0,2,4)")
     parser.add_argument("--num-layers", type=int, default=None, help="with --keep bottom/top: layers to keep")
     parser.add_argument("--alpha", type=float, default=0.5, help="distill.alpha: weight of the gold loss")
@@ -105,7 +110,8 @@ def compose(config_name: str, overrides: list[str]) -> Any:
 
 def task_overrides(args: argparse.Namespace, task: str) -> list[str]:
     spec = TASKS[task]
-    return [*spec["quick"], *QUICK_TRAINER] if args.quick else list(spec["overrides"])
+    base = [*spec["quick"], *QUICK_TRAINER] if args.quick else list(spec["overrides"])
+    return [*base, *getattr(args, f"{task}_override")]
 
 
 def check_data(args: argparse.Namespace) -> None:
@@ -292,6 +298,7 @@ def main(argv: list[str] | None = None) -> None:
         "encoder": args.encoder, "keep": args.keep, "alpha": args.alpha, "temperature": args.temperature,
         "quick": args.quick, "threads": args.threads or torch.get_num_threads(), "rounds": args.rounds,
         "train_overrides": args.train_override, "distill_overrides": args.distill_override,
+        "task_overrides": {t: getattr(args, f"{t}_override") for t in args.tasks},
         "torch": torch.__version__, "quantized_engine": torch.backends.quantized.engine,
     }, "tasks": {}}
     tables = []

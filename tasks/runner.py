@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from hydra.utils import get_class
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -45,7 +47,9 @@ def config_with_data(cfg: DictConfig, datamodule: L.LightningDataModule) -> Dict
 
 def build_trainer(cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None) -> L.Trainer:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
-    callbacks = [checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), *(extra_callbacks or [])]
+    callbacks = [
+        checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), *(extra_callbacks or [])
+    ]
     # sesame-eval reuses the key `checkpoint` for the model to evaluate (a path): no periodic saves then.
     periodic = cfg.get("checkpoint")
     every = periodic.get("every_n_train_steps") if isinstance(periodic, Mapping) else None
@@ -58,6 +62,35 @@ def build_trainer(cfg: DictConfig, run_dir: Path, monitor: str | None, extra_cal
         logger=CSVLogger(save_dir=str(run_dir), name="logs", version=""),
         plugins=[AtomicCheckpointIO()],
     )
+
+
+class LastValidation(Callback):
+    """Remembers the last validation of ``fit``: when it ran, at which step, and what it logged."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.step: int | None = None
+        self.metrics: dict[str, Any] = {}
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.started = time.time()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.step = trainer.global_step
+        self.metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+
+    def metrics_if_final_is_best(self, trainer: L.Trainer, best_path: str | None) -> dict[str, float] | None:
+        """The last validation's metrics when it already evaluated the best checkpoint's weights: it ran
+        after the last training step and ``best_path`` was written during it. Otherwise None (validate
+        again). Rank 0 decides for all ranks, so they agree on whether a collective validate follows."""
+        final = (
+            self.step is not None and self.step == trainer.global_step and self.started is not None
+            and bool(best_path) and Path(best_path).is_file() and Path(best_path).stat().st_mtime >= self.started
+        )
+        final = trainer.strategy.broadcast(final, src=0)
+        return flat_metrics([self.metrics]) if final and self.metrics else None
 
 
 def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
@@ -118,7 +151,15 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     eval_ckpt = best if best and Path(best).is_file() else None
     if has_validation:
-        metrics.update(flat_metrics(trainer.validate(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))
+        # A run whose best checkpoint is its final state (one epoch, or improving to the end) was
+        # just validated on exactly these weights: its metrics and prediction files stand.
+        last = next(c for c in trainer.callbacks if isinstance(c, LastValidation))
+        final = last.metrics_if_final_is_best(trainer, eval_ckpt)
+        if final is None:
+            final = flat_metrics(trainer.validate(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False))
+        else:
+            log.info("best checkpoint = final weights, validated at step %d: not validating again", last.step)
+        metrics.update(final)
     if datamodule.has_split("test"):
         metrics.update(flat_metrics(trainer.test(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))
     finish_run(module, metrics, run_dir)

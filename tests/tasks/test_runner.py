@@ -53,3 +53,43 @@ def test_the_real_default_encoder_end_to_end(make_cfg, tmp_path):
     assert cfg.encoder.name_or_path == "minilm_l6"
     assert 0.0 <= metrics["val_accuracy"] <= 1.0
     assert len((tmp_path / "val_SST-2.tsv").read_text().splitlines()) == 33
+
+
+def _count_validations(monkeypatch):
+    from sesame.tasks.glue.module import SentenceClassificationModule
+
+    calls = []
+    original = SentenceClassificationModule.on_validation_epoch_end
+
+    def counted(self):
+        calls.append(self.trainer.global_step)
+        return original(self)
+
+    monkeypatch.setattr(SentenceClassificationModule, "on_validation_epoch_end", counted)
+    return calls
+
+
+def test_a_best_checkpoint_equal_to_the_final_weights_is_not_validated_twice(make_cfg, tmp_path, monkeypatch):
+    calls = _count_validations(monkeypatch)
+    metrics = train(make_cfg("finetune=full"), tmp_path / "run")
+    assert len(calls) == 1  # one epoch: fit's own validation is the final one
+    _assert_metrics_of_best_checkpoint(make_cfg, tmp_path / "run", metrics)
+
+
+def test_a_best_checkpoint_older_than_the_final_weights_is_validated_again(make_cfg, tmp_path, monkeypatch):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    calls = _count_validations(monkeypatch)
+    # Keep the first epoch's checkpoint as the best whatever the second scores.
+    monkeypatch.setattr(ModelCheckpoint, "check_monitor_top_k", lambda self, trainer, current=None: not self.best_k_models)
+    metrics = train(make_cfg("finetune=full", "trainer.max_epochs=2"), tmp_path / "run")
+    assert len(calls) == 3 and calls[-1] == calls[-2]  # two epochs, then the best (first) checkpoint again
+    _assert_metrics_of_best_checkpoint(make_cfg, tmp_path / "run", metrics)
+
+
+def _assert_metrics_of_best_checkpoint(make_cfg, run_dir, metrics):
+    from sesame.tasks.evaluation import evaluate
+
+    scored = evaluate(make_cfg(f"++checkpoint={run_dir / 'checkpoints' / 'best.ckpt'}"), run_dir.parent / "eval")
+    for key in ("val_accuracy", "val_loss"):
+        assert metrics[key] == pytest.approx(scored[key], abs=1e-6)
