@@ -11,7 +11,7 @@ SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "compression.py"
 def test_the_quick_benchmark_writes_every_model_with_ratios(tiny_bert_dir, tmp_path):
     out = tmp_path / "bench"
     cmd = [sys.executable, str(SCRIPT), "--quick", "--tasks", "sst2", "--encoder", str(tiny_bert_dir), "--out", str(out),
-           "--rounds", "1", "--batches", "2"]
+           "--rounds", "1", "--batches", "2", "--sst2-override", "data.max_eval_examples=32"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((out / "compression.json").read_text())["tasks"]["sst2"]
@@ -25,6 +25,10 @@ def test_the_quick_benchmark_writes_every_model_with_ratios(tiny_bert_dir, tmp_p
         assert row["metric"] == "val_accuracy" and 0 <= row["score"] <= 1
         assert row["latency_ms_b1"] > 0 and row["throughput_b32"] > 0
         assert row["speedup_b32"] == base["latency_ms_b32"] / row["latency_ms_b32"]
+    # --sst2-override reaches the trainings and every evaluation (the quick default is 64).
+    assert "max_eval_examples: 32" in (out / "sst2" / "finetuned" / "config.yaml").read_text()
+    for name in by_name:
+        assert len((out / "sst2" / f"eval_{name}" / "val_SST-2.tsv").read_text().splitlines()) == 1 + 32
     table = (out / "compression.md").read_text()
     assert "| int8 |" in table and "| distilled |" in table and "val_accuracy" in table
     # The distilled student's run trained against the fine-tuned teacher.
