@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from sesame.tasks.atomic_files import atomic_open, write_text_atomic
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
 from sesame.tasks.evaluation import find_checkpoint
 from sesame.tasks.module import EncoderTaskModule
@@ -55,21 +55,23 @@ def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path
     """Write ``{state_dict, hyper_parameters: {cfg}}`` atomically: what ``sesame-eval`` and
     :func:`load_trained` read (no optimiser state, so its size is the model's size)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     checkpoint = {
         "state_dict": module.state_dict(),
         "hyper_parameters": {"cfg": cfg},
         "pytorch-lightning_version": L.__version__,
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(checkpoint, handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as handle:
+        torch.save(checkpoint, handle)
     return path
+
+
+def save_model_folder(module: EncoderTaskModule, cfg: dict[str, Any], output_dir: str | Path) -> Path:
+    """A run folder ``sesame-eval checkpoint=<folder>`` reads: ``checkpoints/best.ckpt`` and
+    ``config.yaml``. Returns the checkpoint's path."""
+    output_dir = Path(output_dir)
+    ckpt = save_weights_checkpoint(module, cfg, output_dir / "checkpoints" / "best.ckpt")
+    write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    return ckpt
 
 
 def state_dict_bytes(module: torch.nn.Module) -> int:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ import torch
 from torch import Tensor
 
 from sesame.heads.distillation import DistillationLoss
+from sesame.tasks.atomic_files import atomic_open
 from sesame.tasks.compression.checkpoints import build_module, checkpoint_config, read_checkpoint
 from sesame.tasks.feature_cache import default_cache_dir as feature_cache_dir
 from sesame.tasks.feature_cache import example_keys
@@ -141,15 +140,8 @@ class TeacherLogitCache:
             arrays[f"values_{i}"] = np.concatenate([v.reshape(-1) for v in values]).astype(np.float32)
             arrays[f"offsets_{i}"] = np.concatenate([[0], np.cumsum([v.size for v in values])]).astype(np.int64)
             arrays[f"shapes_{i}"] = np.array([v.shape for v in values], dtype=np.int64).reshape(len(keys), -1)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp.npz")
-        os.close(fd)
-        try:
-            np.savez(tmp, **arrays)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_open(self.path, "wb") as handle:  # a file object: numpy adds no ".npz" to the name
+            np.savez(handle, **arrays)
         self._dirty = False
         log.info("teacher-logit cache: %d examples in %s", len(keys), self.path)
 

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
 
-from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
-from sesame.tasks.compression.checkpoints import build_module, load_trained, save_weights_checkpoint
+from sesame.tasks.atomic_files import write_json_atomic
+from sesame.tasks.compression.checkpoints import build_module, load_trained, save_model_folder
 from sesame.tasks.compression.int8 import is_quantized
 from sesame.tasks.encoder import load_tokenizer, resolve_name_or_path
 from sesame.tasks.evaluation import is_hf_model_folder
@@ -159,6 +158,4 @@ def _write_student_checkpoint(
                          "a fusion over the teacher's layers (e.g. fusion=scalar_mix) has no counterpart; "
                          "use --encoder-only and train the student's head")
     student.load_state_dict({**own, **head})
-    ckpt = save_weights_checkpoint(student, cfg, output_dir / "checkpoints" / "best.ckpt")
-    write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cfg)))
-    return ckpt
+    return save_model_folder(student, cfg, output_dir)

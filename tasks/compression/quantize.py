@@ -11,14 +11,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
+from sesame.tasks.atomic_files import write_json_atomic
 from sesame.tasks.compression.checkpoints import (
     build_module,
     checkpoint_config,
     read_checkpoint,
-    save_weights_checkpoint,
+    save_model_folder,
     state_dict_bytes,
 )
 from sesame.tasks.compression.int8 import count_quantized_linear, is_quantized, quantize_module
@@ -39,8 +37,7 @@ def quantize_checkpoint(source: str | Path, output_dir: str | Path) -> dict[str,
     cfg["compression"] = {**(cfg.get("compression") or {}), "quantized": True, "method": "dynamic_int8",
                           "source": str(Path(ckpt_path).resolve())}
     output_dir = Path(output_dir)
-    save_weights_checkpoint(module, cfg, output_dir / "checkpoints" / "best.ckpt")
-    write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    save_model_folder(module, cfg, output_dir)
     report = {
         "source": str(ckpt_path),
         "method": "dynamic_int8",
