@@ -22,16 +22,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from sesame.heads.masking import is_masked
+
 Logits = Tensor | Sequence[Tensor]
-
-
-def excluded_entries(logits: Tensor) -> Tensor:
-    """Bool mask of the entries a head masked out (at or below a quarter of the dtype's minimum).
-
-    Heads fill masked logits with ``finfo(dtype).min / 2``; a quarter of the minimum also catches a
-    low-precision fill value that was later cast to float32, and no real logit comes near it.
-    """
-    return logits <= torch.finfo(logits.dtype).min / 4
 
 
 def distillation_kl(student: Tensor, teacher: Tensor, temperature: float, mask: Tensor | None = None) -> Tensor:
@@ -60,7 +53,7 @@ def distillation_kl(student: Tensor, teacher: Tensor, temperature: float, mask: 
     if student.shape[-1] == 1:  # regression: no distribution to soften
         per_row = (s - t).squeeze(-1).pow(2)
         return _masked_mean(per_row, rows)
-    valid = ~(excluded_entries(student) | excluded_entries(teacher))  # [..., C]
+    valid = ~(is_masked(student) | is_masked(teacher))  # [..., C]
     rows = rows & valid.any(dim=-1)
     # A finite fill (not -inf) keeps log_softmax and its gradient free of inf - inf.
     fill = torch.finfo(torch.float32).min

@@ -6,14 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-def masked_value(dtype: torch.dtype) -> float:
-    """Large negative logit for masked positions.
-
-    Half of ``finfo(dtype).min`` so that ``start + end`` of two masked positions is still finite
-    (no ``-inf``/NaN in fp16/bf16 sums or softmax gradients).
-    """
-    return torch.finfo(dtype).min / 2
+from sesame.heads.masking import IGNORE_INDEX, masked_value
 
 
 class SpanPointerHead(nn.Module):
@@ -61,7 +54,7 @@ class SpanPointerHead(nn.Module):
         end_logits: Tensor,
         start_positions: Tensor,
         end_positions: Tensor,
-        ignore_index: int = -100,
+        ignore_index: int = IGNORE_INDEX,
     ) -> Tensor:
         """Mean of the start and end cross-entropies.
 

@@ -16,8 +16,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from sesame.heads.crf import CRF, bio_transition_mask
+from sesame.heads.masking import IGNORE_INDEX
 
-IGNORE_INDEX = -100
 
 
 def compact(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

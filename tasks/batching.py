@@ -1,8 +1,10 @@
-"""Batching helpers shared by the tasks' data modules."""
+"""How every task's examples become batches: samplers (resumable shuffle, length-sorted evaluation),
+one padding collator, and the loader recipe that combines them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,3 +74,45 @@ def make_loader(
     if lengths is None:
         raise ValueError("evaluation loaders need per-example lengths to sort by")
     return DataLoader(dataset, batch_size=batch_size, sampler=LengthSortedSampler(lengths), **common)
+
+
+class PaddingCollator:
+    """Pad a list of examples to the batch's longest one; the one collator every task uses.
+
+    Each example is a mapping. Sequence fields (lists or numpy arrays; [T] or [T, ...]) are padded
+    on the right along their first axis with ``pad_values[key]`` (0 for keys not named there) and
+    stacked into a tensor [B, T_max, ...]; scalar fields become a tensor [B]. Fields that are None
+    in every example (an unlabelled test file) are left out. Integer fields become int64, floats
+    float32 (so a regression target stays a float), bools stay bool.
+    """
+
+    def __init__(self, pad_values: Mapping[str, Any]) -> None:
+        self.pad_values = dict(pad_values)
+
+    def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        batch: dict[str, torch.Tensor] = {}
+        for key, first in examples[0].items():
+            if first is None:
+                continue
+            if isinstance(first, (list, tuple, np.ndarray)):
+                rows = [np.asarray(e[key]) for e in examples]
+                dtype = _batch_dtype(rows[0].dtype)
+                longest = max(len(r) for r in rows)
+                out = np.full((len(rows), longest, *rows[0].shape[1:]), self.pad_values.get(key, 0), dtype=dtype)
+                for i, row in enumerate(rows):
+                    out[i, : len(row)] = row
+                batch[key] = torch.from_numpy(out)
+            else:
+                values = np.asarray([e[key] for e in examples])
+                batch[key] = torch.from_numpy(values.astype(_batch_dtype(values.dtype)))
+        return batch
+
+
+def _batch_dtype(dtype: np.dtype) -> type:
+    if dtype == np.bool_:
+        return np.bool_
+    if np.issubdtype(dtype, np.integer):
+        return np.int64
+    if np.issubdtype(dtype, np.floating):
+        return np.float32
+    raise TypeError(f"cannot batch values of dtype {dtype}")

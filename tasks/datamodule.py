@@ -1,33 +1,77 @@
-"""What every task's data module shares: named splits and one loader recipe for them."""
+"""What every task's data module shares: typed settings, named splits, and one loader recipe.
+
+``conf/data/*.yaml`` -> the task's ``settings_class`` (a :class:`sesame.tasks.settings.Settings`)
+-> ``SplitDataModule(settings, tokenizer, seed)`` -> loaders from :func:`sesame.tasks.batching.make_loader`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 import lightning as L
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
+from transformers import PreTrainedTokenizerBase
+
+from sesame.tasks.batching import make_loader
+from sesame.tasks.settings import Settings
 
 
 class SplitDataModule(L.LightningDataModule):
     """A data module whose splits are ``train``, ``validation`` and ``test``.
 
-    Subclasses implement ``_loader(split, train)`` (usually with
-    :func:`sesame.tasks.batching.make_loader`) and ``has_split(split)``. ``resume_at`` is set by
-    :class:`sesame.tasks.checkpointing.TrainingResumeCallback` when a run resumes mid-epoch.
+    Subclasses set ``settings_class`` (the typed ``cfg.data``, which must have ``batch_size``,
+    ``eval_batch_size`` and ``num_workers``) and ``self.collator``, and implement ``dataset(split)``
+    and ``has_split(split)``. ``resume_at`` is set by
+    :class:`sesame.tasks.checkpoint_callbacks.TrainingResumeCallback` when a run resumes mid-epoch.
     """
 
+    settings_class: ClassVar[type[Settings]]
     resume_at: tuple[int, int] | None = None
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
+    def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
+        super().__init__()
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.seed = int(seed)
+        self.collator: Any = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> SplitDataModule:
+        """Build from the composed config: ``cfg.data`` through ``settings_class``, and ``cfg.seed``."""
+        return cls(cls.settings_class.from_config(cfg["data"]), tokenizer, seed=int(cfg["seed"]))
+
+    def dataset(self, split: str) -> Dataset:
         raise NotImplementedError
 
     def has_split(self, split: str) -> bool:
         raise NotImplementedError
+
+    def config_updates(self) -> dict[str, Any]:
+        """What the module must learn from the data (label or tag sets), merged into the saved config."""
+        return {}
+
+    def example_lengths(self, split: str) -> list[int]:
+        """Tokens per example of ``split``, for length-sorted evaluation batches."""
+        ds = self.dataset(split)
+        if hasattr(ds, "lengths"):
+            return list(ds.lengths())
+        return [len(ids) for ids in ds["input_ids"]]
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        s = self.settings
+        return make_loader(
+            self.dataset(split), train=train, batch_size=int(s.batch_size if train else s.eval_batch_size),
+            collate_fn=self.collator, num_workers=int(s.num_workers),
+            lengths=None if train else self.example_lengths(split), seed=self.seed, resume_at=self.resume_at,
+        )
 
     def train_dataloader(self) -> DataLoader:
         loader = self._loader("train", train=True)
         self.resume_at = None  # only the first loader after a resume skips what was done
         return loader
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
         return self._loader("validation", train=False)
 
     def test_dataloader(self) -> DataLoader:

@@ -19,6 +19,23 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokeniz
 
 from sesame.tasks.config_access import config_value
 
+#: The batch keys an encoder reads; every other key of a batch is for the head, the loss or decoding.
+ENCODER_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def encoder_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The encoder's inputs of ``batch`` (``token_type_ids`` only where the batch has them)."""
+    return {k: batch[k] for k in ENCODER_INPUT_KEYS if k in batch}
+
+
+def find_layer_stack(model: nn.Module, num_layers: int) -> tuple[str, nn.ModuleList]:
+    """``(qualified name, module)`` of the ``nn.ModuleList`` holding a model's ``num_layers``
+    transformer blocks (``encoder.layer`` in BERT); found by shape, so any architecture works."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == num_layers:
+            return name, module
+    raise ValueError(f"could not find the stack of {num_layers} transformer layers in {type(model).__name__}")
+
 
 def _minilm_l6_path() -> str:
     try:
@@ -107,11 +124,8 @@ class Encoder(nn.Module):
         return module is not None and not any(k.startswith(prefix + ".") for k in self.missing_weights)
 
     def layers(self) -> nn.ModuleList:
-        """The stack of transformer blocks, bottom first (found by shape, so any architecture works)."""
-        for module in self.model.modules():
-            if isinstance(module, nn.ModuleList) and len(module) == self.num_hidden_states - 1:
-                return module
-        raise ValueError(f"could not find the {self.num_hidden_states - 1} transformer layers of {self.name_or_path}")
+        """The stack of transformer blocks, bottom first."""
+        return find_layer_stack(self.model, self.num_hidden_states - 1)[1]
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sesame.tasks.encoder import Encoder
+from sesame.tasks.encoder import Encoder, encoder_inputs
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: features from before the encoder passed token_type_ids to BERT (transformers 5) are stale
@@ -166,7 +166,7 @@ def _build(
                 for batch in loader:
                     rows = [(r, position[k]) for r, k in enumerate(example_keys(batch)) if not done[position[k]]]
                     if rows:
-                        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+                        inputs = encoder_inputs(batch)
                         hidden = torch.stack(encoder(**inputs), dim=2).float().cpu().numpy()  # [B, T, K, H]
                         for r, i in rows:
                             features[starts[i] : starts[i] + lengths[i]] = hidden[r, : lengths[i]]

@@ -24,7 +24,7 @@ from transformers import AutoModel, PreTrainedModel
 from sesame.tasks.atomic_files import write_json_atomic
 from sesame.tasks.compression.checkpoints import build_module, load_trained, save_model_folder
 from sesame.tasks.compression.int8 import is_quantized
-from sesame.tasks.encoder import load_tokenizer, resolve_name_or_path
+from sesame.tasks.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
 from sesame.tasks.evaluation import is_hf_model_folder
 
 log = logging.getLogger(__name__)
@@ -63,14 +63,6 @@ def select_layers(num_layers: int, keep: str, num_keep: int | None = None) -> li
     return layers
 
 
-def layer_stack_name(model: nn.Module, num_layers: int) -> str:
-    """Qualified name of the ``nn.ModuleList`` holding the transformer layers (``encoder.layer`` in BERT)."""
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == num_layers:
-            return name
-    raise ValueError(f"could not find the stack of {num_layers} transformer layers in {type(model).__name__}")
-
-
 def renumber_layers(state_dict: dict[str, torch.Tensor], stack: str, layers: list[int]) -> dict[str, torch.Tensor]:
     """``state_dict`` with only the kept layers of ``stack``, renumbered 0..k-1 in their order."""
     new_index = {old: new for new, old in enumerate(layers)}
@@ -97,7 +89,7 @@ def drop_model_layers(model: PreTrainedModel, layers: list[int]) -> PreTrainedMo
         if isinstance(value, (list, tuple)) and len(value) == num_layers:
             setattr(config, attr, [value[i] for i in layers])
     student = type(model)(config).to(model.dtype)
-    stack = layer_stack_name(model, num_layers)
+    stack, _ = find_layer_stack(model, num_layers)
     missing, unexpected = student.load_state_dict(renumber_layers(model.state_dict(), stack, layers), strict=False)
     if missing or unexpected:
         raise ValueError(f"the renumbered weights do not fit a {len(layers)}-layer {type(model).__name__}: "

@@ -1,0 +1,20 @@
+"""The errors a user can fix: bad data files, bad settings. Anything else raised is a bug.
+
+The console scripts turn a :class:`UserError` into one ``error: ...`` line and exit code 2
+(``tasks/cli/errors.py``). Each subclass also derives from ``ValueError`` so library callers that
+catch ``ValueError`` keep working.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Input or configuration the user must fix; the message names the file, line or key and the fix."""
+
+
+class DataError(UserError, ValueError):
+    """A data file or example that cannot be used as configured."""
+
+
+class ConfigError(UserError, ValueError):
+    """A setting that is unknown, missing, or impossible for this model or task."""
