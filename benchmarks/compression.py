@@ -174,7 +174,7 @@ def load(args: argparse.Namespace, task: str, source: Path) -> tuple[Any, Any]:
     """The model as sesame-eval loads it, and the config its data is read with."""
     from sesame.tasks.evaluation import load_for_evaluation
 
-    return load_for_evaluation(compose("eval", [*task_overrides(args, task), f"checkpoint={source}"]))
+    return load_for_evaluation(compose("eval", [*task_overrides(args, task), f"model={source}"]))
 
 
 def score(args: argparse.Namespace, task: str, name: str, source: Path) -> dict[str, float]:
@@ -185,7 +185,7 @@ def score(args: argparse.Namespace, task: str, name: str, source: Path) -> dict[
     if done(folder, "metrics.json", args.fresh):
         return json.loads((folder / "metrics.json").read_text())
     print(f"[eval] {name}: {source}", flush=True)
-    return evaluate(compose("eval", [*task_overrides(args, task), f"checkpoint={source}"]), folder)
+    return evaluate(compose("eval", [*task_overrides(args, task), f"model={source}"]), folder)
 
 
 def timing_batches(datamodule_cfg: Any, batch_size: int, count: int, seed: int = 0) -> list[dict]:
@@ -226,7 +226,7 @@ def time_models(modules: dict[str, Any], batches: list[dict], rounds: int) -> di
 def measure_task(args: argparse.Namespace, task: str, models: dict[str, Path]) -> list[dict[str, Any]]:
     import torch
 
-    from sesame.tasks.compression.checkpoints import state_dict_bytes
+    from sesame.tasks.checkpoints import state_dict_bytes
 
     rows: dict[str, dict[str, Any]] = {}
     modules: dict[str, Any] = {}
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     check_data(args)
     import torch
 
-    from sesame.tasks.paths import register_resolvers
+    from sesame.tasks.resolvers import register_resolvers
 
     register_resolvers()
     args.out.mkdir(parents=True, exist_ok=True)

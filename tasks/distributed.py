@@ -1,11 +1,14 @@
-"""Evaluation across processes: every rank's outputs to every rank, each example counted once."""
+"""Evaluation rows across processes: every rank's rows to every rank, each example counted once."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch.distributed as dist
+
+Rows = dict[str, np.ndarray]
 
 
 def gather_objects(obj: Any) -> list[Any]:
@@ -17,23 +20,38 @@ def gather_objects(obj: Any) -> list[Any]:
     return gathered
 
 
-def gather_by_index(rows: dict[int, Any]) -> dict[int, Any]:
-    """Merge ``{example index: output}`` from all ranks. A distributed sampler pads the last ranks with
-    repeats of the first examples; keyed by index, each repeat collapses onto its original."""
-    merged: dict[int, Any] = {}
-    for part in gather_objects(rows):
-        merged.update(part)
-    return dict(sorted(merged.items()))
+def concat_rows(parts: Sequence[Mapping[str, np.ndarray]], pad_values: Mapping[str, Any] | None = None) -> Rows:
+    """Concatenate row blocks column by column.
+
+    Columns of rank >= 2 ([N, T, ...], e.g. per-token logits of batches padded to their own length)
+    are padded along axis 1 to the widest block with ``pad_values[column]`` (default 0).
+    """
+    pad_values = pad_values or {}
+    out: Rows = {}
+    for key in parts[0]:
+        blocks = [np.asarray(p[key]) for p in parts]
+        if blocks[0].ndim >= 2:
+            width = max(b.shape[1] for b in blocks)
+            fill = pad_values.get(key, 0)
+            blocks = [
+                np.pad(b, [(0, 0), (0, width - b.shape[1])] + [(0, 0)] * (b.ndim - 2), constant_values=fill)
+                for b in blocks
+            ]
+        out[key] = np.concatenate(blocks)
+    return out
 
 
-def gather_rows(*columns: np.ndarray, key_columns: int = 1) -> tuple[np.ndarray, ...]:
-    """Concatenate equal-length column arrays from all ranks and drop rows whose key (the first
-    ``key_columns`` columns) repeats: the distributed sampler's padding repeats whole examples."""
-    parts = gather_objects(columns)
-    if len(parts) == 1:
-        return columns
-    merged = [np.concatenate(cols) for cols in zip(*parts)]
-    keys = np.stack(merged[:key_columns], axis=1)
-    _, first = np.unique(keys, axis=0, return_index=True)
-    first.sort()
-    return tuple(col[first] for col in merged)
+def gather_rows(rows: Rows, key: Sequence[str], pad_values: Mapping[str, Any] | None = None) -> Rows:
+    """Every rank's ``rows``, each key once, sorted by key.
+
+    ``key`` names the columns that identify a row (an example index; a window index; a sentence and
+    word index). A distributed sampler pads the last ranks with repeats of the first examples; keyed
+    rows collapse those repeats onto their originals.
+    """
+    parts = [p for p in gather_objects(rows) if p and len(next(iter(p.values())))]
+    if not parts:
+        return {k: v[:0] for k, v in rows.items()}
+    merged = concat_rows(parts, pad_values) if len(parts) > 1 else dict(parts[0])
+    keys = np.stack([merged[k].astype(np.int64) for k in key], axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)  # sorted by key, the first occurrence of each
+    return {k: v[first] for k, v in merged.items()}

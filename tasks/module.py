@@ -1,15 +1,19 @@
-"""The Lightning module every task builds on: encoder -> LayerFusion -> (task head), plus the optimiser.
+"""The Lightning module every task builds on: encoder -> LayerFusion -> (task head), the optimiser,
+and the one evaluation path: collect rows per batch -> gather across ranks by a per-task key ->
+``score(stage, rows)`` -> logged metrics and prediction files.
 
 Task modules subclass :class:`EncoderTaskModule`, build their head from ``self.feature_size`` and
-implement the steps. The whole resolved config is saved as the checkpoint's hyper-parameters, so
-``Module.load_from_checkpoint(path)`` (and ``sesame-eval``) rebuild the same module.
+implement ``forward``, ``training_step``, ``eval_rows`` and ``score``. The whole resolved config is
+saved as the checkpoint's hyper-parameters, so ``Module.load_from_checkpoint(path)`` (and
+``sesame-eval``) rebuild the same module from it alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -18,14 +22,40 @@ from torch import nn
 
 from sesame.heads.fusion import LayerFusion
 from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
-from sesame.tasks.encoder import Encoder
+from sesame.tasks.distributed import Rows, concat_rows, gather_rows
+from sesame.tasks.encoder import Encoder, EncoderSettings, encoder_inputs
 from sesame.tasks.feature_cache import FeatureCache
 from sesame.tasks.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
+from sesame.tasks.settings import Settings
 
-if TYPE_CHECKING:
-    from sesame.tasks.compression.distill import Distiller
+#: A distiller (``tasks/compression/distill.py``): ``(gold_loss, logits, batch, mask) -> (loss, kl)``.
+Distiller = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
-ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+#: Evaluation stage -> the data module split it reads.
+STAGE_SPLITS = {"val": "validation", "val_mm": "validation_mismatched", "test": "test"}
+
+
+@dataclass(frozen=True)
+class TaskSettings(Settings):
+    """``cfg.task`` (``conf/task/*.yaml``): which module and data module, and the metric that picks
+    the best checkpoint (higher is better), which is also the job's return value in sweeps."""
+
+    group = "task"
+    name: str
+    module: str
+    datamodule: str
+    main_metric: str
+    entity_metric: str | None = None  # task=ner only: conlleval | strict
+
+
+@dataclass(frozen=True)
+class FusionSettings(Settings):
+    """``cfg.fusion`` (``conf/fusion/*.yaml``): which hidden states make the feature (``heads/fusion.py``)."""
+
+    group = "fusion"
+    mode: str
+    layers: tuple[int, ...] | None = None  # fusion=layers only
+    combine: str | None = None  # fusion=layers only: mean | sum | concat
 
 
 def as_config(cfg: Mapping[str, Any] | DictConfig) -> DictConfig:
@@ -36,33 +66,36 @@ def as_config(cfg: Mapping[str, Any] | DictConfig) -> DictConfig:
 
 
 class EncoderTaskModule(L.LightningModule):
-    """Encoder + layer fusion + finetune policy. Subclasses add a head, losses and metrics.
+    """Encoder + layer fusion + finetune policy + the evaluation path. Subclasses add a head,
+    losses and metrics.
 
     ``encode(batch)`` -> fused features [B, T, feature_size].
     """
 
-    #: The logged metric that picks the best checkpoint (higher is better); tasks set it.
-    main_metric: str | None = None
+    #: Columns of ``eval_rows`` that identify one prediction (repeats across ranks count once).
+    eval_key: ClassVar[tuple[str, ...]] = ("index",)
+    #: Fill values for per-token eval columns padded to a common length (default 0).
+    eval_pad_values: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
         super().__init__()
         self.cfg = as_config(cfg)
         self.save_hyperparameters({"cfg": OmegaConf.to_container(self.cfg)})
-        self.encoder = Encoder.from_config(self.cfg.encoder)
-        fusion = self.cfg.fusion
+        self.task = TaskSettings.from_config(self.cfg.task)
+        self.main_metric = self.task.main_metric
+        self.encoder = Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
+        fusion = FusionSettings.from_config(self.cfg.fusion)
         self.fusion = LayerFusion(
-            self.encoder.num_hidden_states,
-            self.encoder.hidden_size,
-            mode=fusion.mode,
-            layers=fusion.get("layers"),
-            combine=fusion.get("combine", "mean"),
+            self.encoder.num_hidden_states, self.encoder.hidden_size, mode=fusion.mode,
+            layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
         )
         self.feature_size = self.fusion.output_size
-        self.finetune = FinetuneSettings(**OmegaConf.to_container(self.cfg.finetune))
+        self.finetune = FinetuneSettings.from_config(self.cfg.finetune)
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         self.output_dir: Path | None = None
-        self.feature_cache: FeatureCache | None = None  # set by the runner when cache.enabled
-        self._distiller: Distiller | None = None  # the teacher, loaded on first use (see `distiller`)
+        self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
+        self.distiller: Distiller | None = None  # set by the runner when distill.teacher is set
+        self._eval_rows: dict[str, list[Rows]] = {}
         # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
         # without this, full fine-tuning would silently train with dropout off.
         self.train()
@@ -77,9 +110,6 @@ class EncoderTaskModule(L.LightningModule):
             part.eval()
         return self
 
-    def encoder_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: batch[k] for k in ENCODER_INPUTS if k in batch}
-
     def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """All hidden states, each [B, T, H]; no graph is kept for a frozen encoder."""
         if self.feature_cache is not None:
@@ -87,7 +117,7 @@ class EncoderTaskModule(L.LightningModule):
             if cached is not None:
                 return cached
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
-            return self.encoder(**self.encoder_inputs(batch))
+            return self.encoder(**encoder_inputs(batch))
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Fused per-token features [B, T, feature_size]."""
@@ -105,17 +135,6 @@ class EncoderTaskModule(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    # Distillation (cfg.distill; sesame/tasks/compression/distill.py) ------------------------------
-    @property
-    def distiller(self) -> Distiller | None:
-        """The frozen teacher and the loss when ``cfg.distill.teacher`` is set, else None. Loaded on first
-        use, so evaluating a distilled student needs neither the teacher nor its files."""
-        if self._distiller is None and (self.cfg.get("distill") or {}).get("teacher"):
-            from sesame.tasks.compression.distill import Distiller  # imported late: it reads checkpoints
-
-            self._distiller = Distiller.from_config(self.cfg, self)
-        return self._distiller
-
     def distill(
         self, gold_loss: torch.Tensor, logits: torch.Tensor | tuple[torch.Tensor, ...],
         batch: Mapping[str, torch.Tensor], mask: torch.Tensor | None = None,
@@ -129,19 +148,62 @@ class EncoderTaskModule(L.LightningModule):
             batch: the batch both models read.
             mask: [...] bool, the rows of ``logits`` that count (NER: the word positions); None = all.
         """
-        distiller = self.distiller
-        if distiller is None:
+        if self.distiller is None:
             return gold_loss
-        loss, kl = distiller(gold_loss, logits, batch, mask)
+        loss, kl = self.distiller(gold_loss, logits, batch, mask)
         self.log("train_distill_kl", kl, batch_size=batch["input_ids"].shape[0])
         return loss
 
-    def configure_callbacks(self) -> list[L.Callback]:
-        if not (self.cfg.get("distill") or {}).get("teacher"):
-            return []
-        from sesame.tasks.compression.distill import DistillationCallback
+    # Evaluation: collect -> gather -> score -------------------------------------------------------
+    def eval_rows(self, batch: Mapping[str, torch.Tensor], stage: str) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """``(rows, loss)`` of one evaluation batch: equal-length columns (tensors [N, ...]) holding the
+        ``eval_key`` columns and whatever ``score`` needs, and the batch loss (None without labels)."""
+        raise NotImplementedError
 
-        return [DistillationCallback()]
+    def score(self, stage: str, rows: Rows) -> dict[str, float]:
+        """Metrics (unprefixed names) from every rank's rows of ``stage``, each key once and sorted by
+        key; writes the stage's prediction files (through ``write_json`` / ``write_text``)."""
+        raise NotImplementedError
+
+    def eval_stage(self, stage: str, dataloader_idx: int) -> str:
+        """The stage name of an evaluation loader (tasks with a second dev set override this)."""
+        return stage
+
+    def _collect(self, batch: Mapping[str, torch.Tensor], stage: str) -> None:
+        rows, loss = self.eval_rows(batch, stage)
+        if loss is not None:
+            self.log(f"{stage}_loss", loss, batch_size=batch["input_ids"].shape[0], add_dataloader_idx=False)
+        self._eval_rows.setdefault(stage, []).append({k: v.detach().cpu().numpy() for k, v in rows.items()})
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._collect(batch, self.eval_stage("val", dataloader_idx))
+
+    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._collect(batch, self.eval_stage("test", dataloader_idx))
+
+    def on_validation_epoch_end(self) -> None:
+        self._score_collected()
+
+    def on_test_epoch_end(self) -> None:
+        self._score_collected()
+
+    def _score_collected(self) -> None:
+        collected, self._eval_rows = self._eval_rows, {}
+        if self._trainer is not None and self.trainer.sanity_checking:
+            return  # a few batches to catch crashes early: no metrics, no prediction files
+        for stage, parts in collected.items():
+            rows = gather_rows(concat_rows(parts, self.eval_pad_values), self.eval_key, self.eval_pad_values)
+            for name, value in self.score(stage, rows).items():
+                name = f"{stage}_{name}"
+                self.log(name, float(value), prog_bar=name == self.main_metric, sync_dist=False, rank_zero_only=False)
+
+    def split_data(self) -> Any:
+        """The data module attached to the trainer (its examples give contexts, sentences, gold answers)."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is None:
+            raise RuntimeError(f"{type(self).__name__} needs its data module at evaluation: "
+                               "trainer.validate(module, datamodule=dm)")
+        return datamodule
 
     # Output files --------------------------------------------------------------------------------
     def write_json(self, name: str, obj: Any) -> Path | None:
@@ -157,3 +219,4 @@ class EncoderTaskModule(L.LightningModule):
 
     def _is_global_zero(self) -> bool:
         return self._trainer is None or self.trainer.is_global_zero
+

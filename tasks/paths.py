@@ -1,6 +1,6 @@
 """Where data lives: slices shipped inside sesame, and the larger shared data folder.
 
-Config files name them through two OmegaConf resolvers:
+Config files name them through two OmegaConf resolvers (registered in ``tasks/resolvers.py``):
 - ``${shipped:glue/sst2/train.tsv}``: a file in the repository's ``data/`` folder (installed as
   ``sesame.data``), so the default run works from any working directory and from a wheel;
 - ``${data_dir:sst2/dev.tsv}``: a file under ``$SESAME_DATA_DIR`` (default ``../shared/data``,
@@ -13,7 +13,6 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 DATA_DIR_ENV = "SESAME_DATA_DIR"
 DEFAULT_DATA_DIR = "../shared/data"
@@ -27,8 +26,3 @@ def data_dir_path(relative: str = "") -> str:
     root = Path(os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR)).expanduser()
     return str(root / relative) if relative else str(root)
 
-
-def register_resolvers() -> None:
-    for name, fn in (("shipped", shipped_path), ("data_dir", data_dir_path)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)

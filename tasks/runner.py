@@ -1,4 +1,5 @@
-"""One training run: data -> module -> Lightning fit/validate/test -> files in the run folder.
+"""One training run: settings -> data -> module (+ feature cache, teacher) -> Lightning fit /
+validate / test -> files in the run folder.
 
 The console scripts compose the config and call :func:`train`; tests call it directly.
 """
@@ -9,7 +10,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,41 +20,46 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
-from sesame.tasks.checkpointing import (
+from sesame.tasks.checkpoint_callbacks import (
     AtomicCheckpointIO,
+    CheckpointSettings,
     TrainingResumeCallback,
     checkpoint_callback,
     periodic_checkpoint_callback,
-    resolve_resume,
 )
-from sesame.tasks.encoder import load_tokenizer
-from sesame.tasks.feature_cache import build_or_open
-from sesame.tasks.module import EncoderTaskModule
+from sesame.tasks.checkpoints import build_module, resolve_resume
+from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
+from sesame.tasks.datamodule import SplitDataModule
+from sesame.tasks.encoder import EncoderSettings, load_tokenizer
+from sesame.tasks.errors import ConfigError
+from sesame.tasks.feature_cache import CacheSettings, build_or_open
+from sesame.tasks.module import EncoderTaskModule, TaskSettings
 
 log = logging.getLogger(__name__)
 
 
-def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    tokenizer = load_tokenizer(cfg.encoder)
-    return get_class(cfg.task.datamodule)(cfg, tokenizer)
+def build_datamodule(cfg: DictConfig) -> SplitDataModule:
+    """The data module ``task.datamodule`` names, with ``cfg.data`` read by its settings class."""
+    tokenizer = load_tokenizer(EncoderSettings.from_config(cfg.encoder))
+    return get_class(TaskSettings.from_config(cfg.task).datamodule).from_config(cfg, tokenizer)
 
 
-def config_with_data(cfg: DictConfig, datamodule: L.LightningDataModule) -> DictConfig:
+def config_with_data(cfg: DictConfig, datamodule: SplitDataModule) -> DictConfig:
     """Merge what the data decides (label sets) into the config the module is built from."""
-    updates = datamodule.config_updates() if hasattr(datamodule, "config_updates") else {}
+    updates = datamodule.config_updates()
     return OmegaConf.merge(cfg, updates) if updates else cfg
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None) -> L.Trainer:
+def build_trainer(
+    cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None,
+    every_n_train_steps: int | None = None,
+) -> L.Trainer:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     callbacks = [
         checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), *(extra_callbacks or [])
     ]
-    # sesame-eval reuses the key `checkpoint` for the model to evaluate (a path): no periodic saves then.
-    periodic = cfg.get("checkpoint")
-    every = periodic.get("every_n_train_steps") if isinstance(periodic, Mapping) else None
-    if every:
-        callbacks.append(periodic_checkpoint_callback(run_dir, int(every)))
+    if every_n_train_steps:
+        callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
     return L.Trainer(
         **kwargs,
         default_root_dir=str(run_dir),
@@ -107,23 +112,17 @@ def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def attach_feature_cache(cfg: DictConfig, module: EncoderTaskModule, datamodule: L.LightningDataModule) -> None:
-    """With ``cache.enabled``, compute the frozen encoder's features once (or reuse them) for every split."""
-    cache_cfg = cfg.get("cache") or {}
-    enabled = cache_cfg.get("enabled")
-    if not enabled or (enabled == "auto" and not module.encoder_frozen):
+def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, datamodule: SplitDataModule,
+                         progress: bool) -> None:
+    """When the cache applies, compute the frozen encoder's features once (or reuse them) for every split."""
+    if not settings.applies(module.encoder_frozen):
         return
-    if not module.encoder_frozen:
-        raise ValueError("cache.enabled=true needs finetune=frozen: a trained encoder's features change every step")
     loaders = [
         getattr(datamodule, f"{name}_dataloader")()
         for name, split in (("train", "train"), ("val", "validation"), ("test", "test"))
         if datamodule.has_split(split)
     ]
-    module.feature_cache = build_or_open(
-        module.encoder, loaders, cache_cfg.get("dir"), cache_cfg.get("dtype", "float32"),
-        progress=bool(cfg.trainer.get("enable_progress_bar", True)),
-    )
+    module.feature_cache = build_or_open(module.encoder, loaders, settings.dir, settings.dtype, progress=progress)
     log.info("frozen features from %s", module.feature_cache.folder)
 
 
@@ -131,21 +130,29 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Every block this command reads is checked before any data is read or weights are loaded.
+    cache = CacheSettings.from_config(cfg.cache)
+    periodic = CheckpointSettings.from_config(cfg.checkpoint)
+    distill = DistillSettings.from_config(cfg.distill)
+    resume_from = resolve_resume(cfg.get("resume"), run_dir)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     datamodule.setup("fit")
+    if not datamodule.has_split("train"):
+        raise ConfigError("sesame-train needs data.train_file; to evaluate a trained model use sesame-eval")
     cfg = config_with_data(cfg, datamodule)
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    module: EncoderTaskModule = get_class(cfg.task.module)(cfg)
+    module = build_module(cfg)
     module.output_dir = run_dir
-    attach_feature_cache(cfg, module, datamodule)
+    attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
+    callbacks: list[Callback] = []
+    if distill.teacher:
+        module.distiller = Distiller(distill, module)
+        callbacks.append(DistillationCallback(module.distiller))
     has_validation = datamodule.has_split("validation")
-    trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None)
-
-    ckpt_path = resolve_resume(cfg.get("resume"), run_dir)
-    if not datamodule.has_split("train"):
-        raise ValueError("sesame-train needs data.train_file; to evaluate a checkpoint use sesame-eval")
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
+                            every_n_train_steps=periodic.every_n_train_steps)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
 
     metrics: dict[str, float] = {}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""

@@ -1,7 +1,8 @@
 """Gather the jobs of a ``--multirun`` sweep into one table and a chart.
 
-Each job folder holds ``.hydra/overrides.yaml`` (what the job changed) and ``metrics.json``. Jobs that
-differ only in ``seed`` are one variant: the table gives mean and standard deviation over seeds.
+Each job folder holds ``.hydra/overrides.yaml`` (what the job changed), ``config.yaml`` (whose
+``task.main_metric`` is the metric to rank by) and ``metrics.json``. Jobs that differ only in
+``seed`` are one variant: the table gives mean and standard deviation over seeds.
 """
 
 from __future__ import annotations
@@ -9,16 +10,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-# The main metric of each task, in the order they are looked for.
-MAIN_METRICS = (
-    "val_f1", "val_exact_match", "val_accuracy", "val_matthews_correlation", "val_pearson", "val_spearmanr",
-)
 IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.")
 
 
@@ -52,21 +48,26 @@ def read_jobs(sweep_dir: str | Path) -> list[tuple[Path, list[str], dict[str, fl
     return jobs
 
 
-def pick_main_metric(names: Iterable[str]) -> str | None:
-    """The first of :data:`MAIN_METRICS` among ``names``."""
-    names = set(names)
-    return next((m for m in MAIN_METRICS if m in names), None)
+def job_main_metric(job: Path) -> str | None:
+    """``task.main_metric`` of the config a job ran with (``config.yaml``), or None."""
+    config = job / "config.yaml"
+    if not config.is_file():
+        return None
+    return ((yaml.safe_load(config.read_text()) or {}).get("task") or {}).get("main_metric")
 
 
 def main_metric(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: str | None = None) -> str:
+    """``metric`` if given, else the jobs' ``task.main_metric`` (all jobs of a sweep share it)."""
     keys = set().union(*(m.keys() for _, _, m in jobs))
     if metric:
         if metric not in keys:
             raise ValueError(f"--metric {metric}: not in the jobs' metrics.json; they have {sorted(keys)}")
         return metric
-    if (name := pick_main_metric(keys)) is not None:
+    names = {job_main_metric(job) for job, _, _ in jobs} - {None}
+    if len(names) == 1 and (name := names.pop()) in keys:
         return name
-    raise ValueError(f"no main metric found among {sorted(keys)}; pass --metric")
+    raise ValueError(f"no single task.main_metric in the jobs' config.yaml ({sorted(names) or 'none'}) among "
+                     f"their metrics {sorted(keys)}; pass --metric")
 
 
 def variants(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: str) -> list[Variant]:

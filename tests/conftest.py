@@ -17,7 +17,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from sesame.tasks.paths import register_resolvers, shipped_path
+from sesame.tasks.paths import shipped_path
+from sesame.tasks.resolvers import register_resolvers
 
 register_resolvers()
 

@@ -1,7 +1,7 @@
 """``sesame-eval``: evaluate a sesame checkpoint or a Hugging Face task model on a dataset.
 
-    sesame-eval task=squad_v1 checkpoint=outputs/squad_v1/<run> data.validation_file=dev-v1.1.json
-    sesame-eval task=glue data=sst2 checkpoint=/models/bert-sst2        # a ...ForSequenceClassification folder
+    sesame-eval task=squad_v1 model=outputs/squad_v1/<run> data.validation_file=dev-v1.1.json
+    sesame-eval task=glue data=sst2 model=/models/bert-sst2        # a ...ForSequenceClassification folder
 
 Writes predictions and ``metrics.json`` into its run folder and prints that folder as its last line.
 """
@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.evaluation import evaluate
-from sesame.tasks.paths import register_resolvers
+from sesame.tasks.resolvers import register_resolvers
 
 register_resolvers()
 

@@ -13,9 +13,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.paths import register_resolvers
+from sesame.tasks.resolvers import register_resolvers
 from sesame.tasks.runner import train
-from sesame.tasks.sweep_report import pick_main_metric
 
 register_resolvers()
 
@@ -27,8 +26,7 @@ def _main(cfg: DictConfig) -> float | None:
         metrics = train(cfg, run_dir)
     print(f"run folder: {run_dir}")
     # The main metric is the job's return value: what Hydra's Optuna sweeper maximises.
-    name = pick_main_metric(metrics)
-    return None if name is None else metrics[name]
+    return metrics.get(cfg.task.main_metric)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """``sesame-compress``: make a trained model smaller or faster.
 
     sesame-compress quantize outputs/glue/<run> outputs/glue/<run>-int8
-    sesame-eval task=glue checkpoint=outputs/glue/<run>-int8          # evaluates on CPU
+    sesame-eval task=glue model=outputs/glue/<run>-int8          # evaluates on CPU
     sesame-compress drop-layers outputs/glue/<run> student --keep every_other
     sesame-compress drop-layers minilm_l6 student-l3 --keep bottom --num-layers 3
     sesame-train encoder.name_or_path=student/encoder distill.teacher=outputs/glue/<run>

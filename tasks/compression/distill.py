@@ -3,9 +3,11 @@
 The student (any module of the same task, e.g. on a ``drop-layers`` encoder) trains on
 ``alpha * gold_loss + (1 - alpha) * T**2 * KL(teacher || student)`` of temperature-``T`` softmaxes
 (:class:`sesame.heads.distillation.DistillationLoss`): class logits for GLUE, tag logits per word
-for NER, start and end logits for QA. The teacher is loaded when fitting starts (never when a
+for NER, start and end logits for QA. The teacher is loaded before fitting starts (never when a
 distilled student is evaluated), frozen and kept in eval mode, and is not a submodule of the
 student: it is neither trained, nor saved in the student's checkpoints, nor in its optimiser.
+The runner (``tasks/runner.py``) builds the :class:`Distiller` and hands it to the student module
+(``module.distiller``), as it does the feature cache.
 
 With ``distill.cache=true`` the teacher's outputs are kept per example, keyed by the example's
 tokens (as the frozen-feature cache is), and saved after every epoch in one file per teacher
@@ -20,7 +22,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import numpy as np
@@ -29,36 +30,34 @@ from torch import Tensor
 
 from sesame.heads.distillation import DistillationLoss
 from sesame.tasks.atomic_files import atomic_open
-from sesame.tasks.compression.checkpoints import build_module, checkpoint_config, read_checkpoint
+from sesame.heads.masking import masked_value
+from sesame.tasks.checkpoints import build_module, checkpoint_config, read_checkpoint
+from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import default_cache_dir as feature_cache_dir
 from sesame.tasks.feature_cache import example_keys
 from sesame.tasks.module import EncoderTaskModule
+from sesame.tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 2  # 2: logits from before the encoder passed token_type_ids to BERT (transformers 5) are stale
 
 
 @dataclass(frozen=True)
-class DistillSettings:
-    """Mirror of the ``distill:`` block of ``conf/config.yaml``."""
+class DistillSettings(Settings):
+    """``cfg.distill`` (``conf/config.yaml``); ``teacher: null`` is plain training."""
 
-    teacher: str
-    alpha: float = 0.5
-    temperature: float = 2.0
-    cache: bool = False
-    cache_dir: str | None = None
+    group = "distill"
+    teacher: str | None  # a run folder or .ckpt of the same task and tokenizer
+    alpha: float  # weight of the gold loss
+    temperature: float
+    cache: bool  # keep the teacher's logits per example on disk
+    cache_dir: str | None  # null: $SESAME_CACHE_DIR/teacher_logits
 
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> DistillSettings | None:
-        """The settings, or None when ``cfg.distill.teacher`` is unset (plain training)."""
-        block = cfg.get("distill") if hasattr(cfg, "get") else None
-        if not block or not block.get("teacher"):
-            return None
-        return cls(
-            teacher=str(block["teacher"]), alpha=float(block.get("alpha", 0.5)),
-            temperature=float(block.get("temperature", 2.0)), cache=bool(block.get("cache", False)),
-            cache_dir=block.get("cache_dir"),
-        )
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError(f"distill.alpha={self.alpha}: the weight of the gold loss lies in [0, 1]")
+        if self.temperature <= 0:
+            raise ConfigError(f"distill.temperature={self.temperature}: use a positive temperature")
 
 
 def default_cache_dir() -> Path:
@@ -100,7 +99,7 @@ class TeacherLogitCache:
         if any(r is None or len(r) != len(like) for r in rows):
             self.misses += 1
             return None
-        fill = torch.finfo(torch.float32).min / 2  # what heads put at masked-out positions
+        fill = masked_value(torch.float32)  # what heads put at masked-out positions
         outputs = []
         for i, ref in enumerate(like):
             target = tuple(ref.shape[1:])
@@ -171,17 +170,17 @@ def _key_matrix(keys: list[bytes]) -> np.ndarray:
 def check_compatible(teacher: EncoderTaskModule, student: EncoderTaskModule) -> None:
     """The teacher must read the student's batches and score the same classes in the same order."""
     if teacher.cfg.task.module != student.cfg.task.module:
-        raise ValueError(f"distill.teacher is a {teacher.cfg.task.module} model; the student is a {student.cfg.task.module}")
+        raise ConfigError(f"distill.teacher is a {teacher.cfg.task.module} model; the student is a {student.cfg.task.module}")
     t_vocab, s_vocab = teacher.encoder.config.vocab_size, student.encoder.config.vocab_size
     if t_vocab != s_vocab:
-        raise ValueError(f"teacher vocabulary {t_vocab} != student vocabulary {s_vocab}: the teacher reads the "
+        raise ConfigError(f"teacher vocabulary {t_vocab} != student vocabulary {s_vocab}: the teacher reads the "
                          "student's token ids, so both need the same tokenizer")
     for attr in ("label_names", "tag_names", "version_2"):
         t, s = getattr(teacher, attr, None), getattr(student, attr, None)
         if t is not None and s is not None and (list(t) if isinstance(t, (list, tuple)) else t) != (
             list(s) if isinstance(s, (list, tuple)) else s
         ):
-            raise ValueError(f"teacher and student differ in {attr}: {t} vs {s}")
+            raise ConfigError(f"teacher and student differ in {attr}: {t} vs {s}")
 
 
 class Distiller:
@@ -193,8 +192,10 @@ class Distiller:
     """
 
     def __init__(self, settings: DistillSettings, student: EncoderTaskModule) -> None:
+        if not settings.teacher:
+            raise ConfigError("distillation needs distill.teacher (a run folder or .ckpt)")
         self.settings = settings
-        ckpt_path, checkpoint = read_checkpoint(settings.teacher)
+        ckpt_path, checkpoint = read_checkpoint(settings.teacher, key="distill.teacher")
         cfg = checkpoint_config(checkpoint)
         cfg["distill"] = {**(cfg.get("distill") or {}), "teacher": None}  # a teacher never loads its own teacher
         self.teacher = build_module(cfg, checkpoint["state_dict"])
@@ -209,11 +210,6 @@ class Distiller:
             self.cache = TeacherLogitCache(folder / f"{file_digest(ckpt_path)[:32]}.npz")
         log.info("distilling from %s (alpha=%s, temperature=%s%s)", ckpt_path, settings.alpha, settings.temperature,
                  f", logit cache {self.cache.path}" if self.cache else "")
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], student: EncoderTaskModule) -> Distiller | None:
-        settings = DistillSettings.from_config(cfg)
-        return None if settings is None else cls(settings, student)
 
     def teacher_logits(self, batch: Mapping[str, Tensor], like: Sequence[Tensor]) -> tuple[Tensor, ...]:
         """The teacher's outputs for ``batch`` (from the cache when it has every example)."""
@@ -240,15 +236,13 @@ class Distiller:
 
 
 class DistillationCallback(L.Callback):
-    """Loads the teacher as fitting starts (a bad ``distill.teacher`` fails before any training) and
-    saves the teacher-logit cache after every training epoch."""
+    """Saves the teacher-logit cache after every training epoch."""
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            _ = pl_module.distiller
+    def __init__(self, distiller: Distiller) -> None:
+        self.distiller = distiller
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        distiller = getattr(pl_module, "_distiller", None)
-        if distiller is not None and distiller.cache is not None and trainer.is_global_zero:
+        distiller = self.distiller
+        if distiller.cache is not None and trainer.is_global_zero:
             distiller.cache.save()
             log.info("teacher-logit cache: %d hits, %d misses this run", distiller.cache.hits, distiller.cache.misses)

@@ -6,7 +6,7 @@ Output folder:
   tokenizer), usable as ``encoder.name_or_path=<output>/encoder``;
 - from a sesame checkpoint (unless ``--encoder-only``): ``checkpoints/best.ckpt`` and ``config.yaml``,
   the same task model on the smaller encoder with the teacher's fusion and head weights copied, which
-  ``sesame-eval checkpoint=<output>`` evaluates as it is;
+  ``sesame-eval model=<output>`` evaluates as it is;
 - ``compression.json``: source and kept layers.
 """
 
@@ -22,10 +22,9 @@ from torch import nn
 from transformers import AutoModel, PreTrainedModel
 
 from sesame.tasks.atomic_files import write_json_atomic
-from sesame.tasks.compression.checkpoints import build_module, load_trained, save_model_folder
+from sesame.tasks.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
 from sesame.tasks.compression.int8 import is_quantized
 from sesame.tasks.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
-from sesame.tasks.evaluation import is_hf_model_folder
 
 log = logging.getLogger(__name__)
 

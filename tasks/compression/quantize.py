@@ -1,6 +1,6 @@
 """``sesame-compress quantize``: a trained checkpoint -> a run folder with its dynamic-int8 version.
 
-Output folder (``sesame-eval checkpoint=<folder>`` evaluates it, on CPU):
+Output folder (``sesame-eval model=<folder>`` evaluates it, on CPU):
 ``checkpoints/best.ckpt`` (int8 state dict + the config marked ``compression.quantized: true``),
 ``config.yaml`` and ``compression.json`` (source, layer counts, sizes).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sesame.tasks.atomic_files import write_json_atomic
-from sesame.tasks.compression.checkpoints import (
+from sesame.tasks.checkpoints import (
     build_module,
     checkpoint_config,
     read_checkpoint,

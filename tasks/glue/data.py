@@ -1,81 +1,100 @@
-"""Sentence and sentence-pair data: GLUE TSVs (``task=glue``) and any labelled table (``task=text_classification``).
+"""Sentence and sentence-pair data: GLUE TSVs (``task=glue``: :class:`GlueDataModule`) and any
+labelled table (``task=text_classification``: :class:`TableDataModule`).
 
 Rows become ``index, input_ids, attention_mask[, token_type_ids], labels``; pairs go in as segments
-A and B. Training batches are shuffled and padded per batch; evaluation batches are length-sorted.
+A and B. Training batches are shuffled and padded per batch; evaluation batches are length-sorted
+(``tasks/batching.py``). Each data module also says how its task is scored (:meth:`task_spec`),
+so the module and the data read the settings the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 import datasets
-from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.batching import make_loader
+from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.datamodule import SplitDataModule
-from sesame.tasks.glue.readers import DataFileError, encode_labels, read_glue_tsv, read_table
-from sesame.tasks.glue.specs import GlueTaskSpec, glue_spec
-
+from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.glue.readers import encode_labels, read_glue_tsv, read_table
+from sesame.tasks.glue.specs import REGRESSION_METRICS, GlueTaskSpec, glue_spec
+from sesame.tasks.settings import Settings
 
 # Evaluation splits and the data keys naming their files; MNLI also has a mismatched dev set.
 EVAL_SPLITS = (("validation", "validation_file"), ("validation_mismatched", "validation_mismatched_file"), ("test", "test_file"))
 
 
-def sentence_task_spec(cfg: DictConfig) -> GlueTaskSpec:
-    """The spec of a run: a GLUE task, or one described by ``data.*`` keys for text_classification."""
-    if cfg.task.name == "glue":
-        return glue_spec(cfg.data.task_name)
-    data = cfg.data
-    label_names = data.get("label_names")
-    regression = bool(data.get("regression", False))
-    return GlueTaskSpec(
-        text_a=data.text_column,
-        text_b=data.get("text_pair_column"),
-        label=data.label_column,
-        labels=None if regression else (tuple(str(n) for n in label_names) if label_names else ()),
-        metrics=("pearson", "spearmanr") if regression else tuple(data.get("metrics") or ("accuracy",)),
-        submission_name=str(data.get("name", "predictions")),
-    )
+@dataclass(frozen=True)
+class GlueDataSettings(Settings):
+    """``cfg.data`` for ``task=glue`` (``conf/data/sst2_slice.yaml`` and the presets built on it)."""
+
+    group = "data"
+    task_name: str
+    train_file: str | None
+    validation_file: str | None
+    test_file: str | None
+    validation_mismatched_file: str | None  # MNLI only
+    label_names: tuple[str, ...] | None  # null: the GLUE task's own
+    max_seq_length: int
+    batch_size: int
+    eval_batch_size: int
+    max_train_examples: int | None
+    max_eval_examples: int | None
+    num_workers: int
+
+
+@dataclass(frozen=True)
+class TableDataSettings(Settings):
+    """``cfg.data`` for ``task=text_classification`` (``conf/data/table.yaml``)."""
+
+    group = "data"
+    train_file: str | None
+    validation_file: str | None
+    test_file: str | None
+    text_column: str
+    text_pair_column: str | None
+    label_column: str
+    label_names: tuple[str, ...] | None  # null: the sorted label values of the training file
+    regression: bool
+    metrics: tuple[str, ...]  # the first is the main metric (task.main_metric)
+    max_seq_length: int
+    batch_size: int
+    eval_batch_size: int
+    max_train_examples: int | None
+    max_eval_examples: int | None
+    num_workers: int
 
 
 class SentenceDataModule(SplitDataModule):
-    def __init__(self, cfg: DictConfig, tokenizer: PreTrainedTokenizerFast) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.data = cfg.data
-        self.tokenizer = tokenizer
-        self.spec = sentence_task_spec(cfg)
+    """Tokenised sentence(-pair) splits; subclasses say how to read a file and how the task is scored."""
+
+    def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
+        super().__init__(settings, tokenizer, seed)
+        self.spec = self.task_spec(settings)
         self.splits: dict[str, datasets.Dataset] = {}
-        self.collator = DataCollatorWithPadding(tokenizer)
+        self.raw: dict[str, datasets.Dataset] = {}
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.collator = PaddingCollator({"input_ids": pad_id})
 
-    # Reading ---------------------------------------------------------------------------------------
-    def _read(self, path: str, require_labels: bool = True) -> datasets.Dataset:
-        if self.cfg.task.name == "glue":
-            return read_glue_tsv(path, self.spec, require_labels=require_labels)
-        table, file = read_table(path, self.spec.text_a, self.spec.text_b, self.spec.label)
-        if not self.spec.is_regression and not self.spec.labels:
-            # Label set from the training data, sorted so the mapping is the same on every run.
-            self.spec = GlueTaskSpec(**{**self.spec.__dict__, "labels": tuple(sorted({str(v) for v in table[self.spec.label]}))})
-        columns: dict[str, Any] = {"index": list(range(len(table))), "text_a": [str(t) for t in table[self.spec.text_a]]}
-        if self.spec.text_b is not None:
-            columns["text_b"] = [str(t) for t in table[self.spec.text_b]]
-        columns["label"] = encode_labels(list(table[self.spec.label]), self.spec.labels, file, first_line=2)
-        return datasets.Dataset.from_dict(columns)
+    @classmethod
+    def task_spec(cls, settings: Any) -> GlueTaskSpec:
+        raise NotImplementedError
 
-    def _limit(self, ds: datasets.Dataset, key: str) -> datasets.Dataset:
-        limit = self.data.get(key)
+    def _read(self, path: str, require_labels: bool) -> datasets.Dataset:
+        raise NotImplementedError
+
+    def _limit(self, ds: datasets.Dataset, limit: int | None) -> datasets.Dataset:
         return ds.select(range(min(int(limit), len(ds)))) if limit else ds
 
     def _tokenize(self, ds: datasets.Dataset) -> datasets.Dataset:
         pair = "text_b" in ds.column_names
+        max_length = self.settings.max_seq_length
 
         def encode(batch: Mapping[str, list]) -> dict[str, list]:
-            enc = self.tokenizer(
-                batch["text_a"], batch["text_b"] if pair else None, truncation=True, max_length=self.data.max_seq_length
-            )
+            enc = self.tokenizer(batch["text_a"], batch["text_b"] if pair else None, truncation=True, max_length=max_length)
             enc["labels"] = batch["label"]
             return enc
 
@@ -85,39 +104,85 @@ class SentenceDataModule(SplitDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
-        if stage in (None, "fit") and self.data.get("train_file"):
-            self.splits["train"] = self._limit(self._read(self.data.train_file), "max_train_examples")
+        s = self.settings
+        if stage in (None, "fit") and s.train_file:
+            self.raw["train"] = self._limit(self._read(s.train_file, require_labels=True), s.max_train_examples)
         for split, key in EVAL_SPLITS:
-            if self.data.get(key):
-                self.splits[split] = self._limit(self._read(self.data[key], require_labels=False), "max_eval_examples")
-        if not self.splits:
-            raise DataFileError("no data files configured: set data.train_file and/or data.validation_file")
-        self.raw = dict(self.splits)
-        self.splits = {name: self._tokenize(ds) for name, ds in self.splits.items()}
+            path = getattr(s, key, None)
+            if path:
+                self.raw[split] = self._limit(self._read(path, require_labels=False), s.max_eval_examples)
+        if not self.raw:
+            raise ConfigError("no data files configured: set data.train_file and/or data.validation_file")
+        self.splits = {name: self._tokenize(ds) for name, ds in self.raw.items()}
 
     def config_updates(self) -> dict[str, Any]:
         """What the module must know from the data: the label set (saved with the checkpoint)."""
         return {"data": {"label_names": list(self.spec.labels) if self.spec.labels else None}}
 
-    # Loaders ---------------------------------------------------------------------------------------
-    def _collate(self, features: list[dict]) -> dict:
-        if features and features[0]["labels"] is None:  # unlabelled test file
-            features = [{k: v for k, v in f.items() if k != "labels"} for f in features]
-        return self.collator(features)
+    def dataset(self, split: str) -> datasets.Dataset:
+        if split not in self.splits:
+            raise ConfigError(f"no {split} data: set data.{split}_file")
+        return self.splits[split]
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
-        ds = self.splits[split]
-        batch_size = int(self.data.batch_size if train else self.data.eval_batch_size)
-        return make_loader(
-            ds, train=train, batch_size=batch_size, collate_fn=self._collate, num_workers=int(self.data.get("num_workers", 0)),
-            lengths=None if train else [len(ids) for ids in ds["input_ids"]], seed=int(self.cfg.seed), resume_at=self.resume_at,
-        )
+    def has_split(self, split: str) -> bool:
+        return split in self.splits
 
-    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+    def val_dataloader(self) -> Any:
         """The dev set, and for MNLI the mismatched dev set as a second loader (dataloader_idx 1)."""
         if "validation_mismatched" not in self.splits:
             return self._loader("validation", train=False)
         return [self._loader("validation", train=False), self._loader("validation_mismatched", train=False)]
 
-    def has_split(self, split: str) -> bool:
-        return split in self.splits
+
+class GlueDataModule(SentenceDataModule):
+    """A GLUE task's TSVs (``data.task_name``), read with quoting off (``tasks/glue/readers.py``)."""
+
+    settings_class: ClassVar[type[Settings]] = GlueDataSettings
+
+    @classmethod
+    def task_spec(cls, settings: GlueDataSettings) -> GlueTaskSpec:
+        spec = glue_spec(settings.task_name)
+        if settings.label_names and spec.labels is not None:
+            spec = replace(spec, labels=tuple(str(n) for n in settings.label_names))
+        return spec
+
+    def _read(self, path: str, require_labels: bool) -> datasets.Dataset:
+        return read_glue_tsv(path, self.spec, require_labels=require_labels)
+
+
+class TableDataModule(SentenceDataModule):
+    """Any CSV / TSV / JSON-lines file with a text column, an optional pair column and a label column."""
+
+    settings_class: ClassVar[type[Settings]] = TableDataSettings
+
+    @classmethod
+    def task_spec(cls, settings: TableDataSettings) -> GlueTaskSpec:
+        metrics = tuple(settings.metrics)
+        if not metrics:
+            raise ConfigError("data.metrics is empty: list the metrics to report, the main one first")
+        if settings.regression and not set(metrics) <= set(REGRESSION_METRICS):
+            raise ConfigError(f"data.regression=true scores with {'/'.join(REGRESSION_METRICS)}, not {list(metrics)}. "
+                              f"Fix: set data.metrics=[{','.join(REGRESSION_METRICS)}]")
+        if not settings.regression and set(metrics) & set(REGRESSION_METRICS):
+            raise ConfigError(f"data.metrics={list(metrics)} are regression metrics. Fix: set data.regression=true, "
+                              "or use accuracy / f1 / matthews_correlation")
+        return GlueTaskSpec(
+            text_a=settings.text_column,
+            text_b=settings.text_pair_column,
+            label=settings.label_column,
+            labels=None if settings.regression else tuple(str(n) for n in settings.label_names or ()),
+            metrics=metrics,
+            submission_name="predictions",
+        )
+
+    def _read(self, path: str, require_labels: bool) -> datasets.Dataset:
+        spec = self.spec
+        table, file = read_table(path, spec.text_a, spec.text_b, spec.label)
+        if not spec.is_regression and not spec.labels:
+            # Label set from the training data, sorted so the mapping is the same on every run.
+            self.spec = spec = replace(spec, labels=tuple(sorted({str(v) for v in table[spec.label]})))
+        columns: dict[str, Any] = {"index": list(range(len(table))), "text_a": [str(t) for t in table[spec.text_a]]}
+        if spec.text_b is not None:
+            columns["text_b"] = [str(t) for t in table[spec.text_b]]
+        columns["label"] = encode_labels(list(table[spec.label]), spec.labels, file, first_line=2)
+        return datasets.Dataset.from_dict(columns)

@@ -3,20 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from sesame.heads.classifier import SequenceClassifierHead
 from sesame.heads.pooling import PoolerPooling, build_pooling
-from sesame.tasks.distributed import gather_by_index
-from sesame.tasks.glue.data import sentence_task_spec
+from sesame.tasks.distributed import Rows
+from sesame.tasks.errors import ConfigError
 from sesame.tasks.glue.metrics import compute_metrics
 from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.module import EncoderTaskModule
+from sesame.tasks.settings import Settings
+
+
+@dataclass(frozen=True)
+class PoolingSettings(Settings):
+    """``cfg.pooling`` (``conf/pooling/*.yaml``): how token features become one vector (``heads/pooling.py``)."""
+
+    group = "pooling"
+    name: str
+
+
+@dataclass(frozen=True)
+class ClassifierHeadSettings(Settings):
+    """``cfg.head`` of ``conf/task/glue.yaml`` and ``conf/task/text_classification.yaml``."""
+
+    group = "head"
+    dropout: float
 
 
 class SentenceClassificationModule(EncoderTaskModule):
@@ -28,20 +47,20 @@ class SentenceClassificationModule(EncoderTaskModule):
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
         super().__init__(cfg)
-        self.spec = sentence_task_spec(self.cfg)
-        labels = self.cfg.data.get("label_names") or self.spec.labels
-        self.label_names = None if self.spec.is_regression else [str(n) for n in labels]
-        self.pooling = build_pooling(self.cfg.pooling.name, self.feature_size)
+        data_module = get_class(self.task.datamodule)  # it knows how its data settings define the task
+        self.spec = data_module.task_spec(data_module.settings_class.from_config(self.cfg.data))
+        self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
+        pooling = PoolingSettings.from_config(self.cfg.pooling)
+        head = ClassifierHeadSettings.from_config(self.cfg.head)
+        self.pooling = build_pooling(pooling.name, self.feature_size)
         if isinstance(self.pooling, PoolerPooling):
             if not self.encoder.has_pretrained("pooler"):
-                raise ValueError(
-                    f"pooling=pooler, but {self.cfg.encoder.name_or_path} has no pooler; use pooling=cls or mean"
+                raise ConfigError(
+                    f"pooling=pooler, but {self.encoder.name_or_path} has no pooler; use pooling=cls or mean"
                 )
             self.pooling.load_from(self.encoder.model.pooler)
         num_labels = 1 if self.label_names is None else len(self.label_names)
-        self.head = SequenceClassifierHead(self.pooling.output_size, num_labels, dropout=self.cfg.head.dropout)
-        self.main_metric = f"val_{self.spec.metrics[0]}"
-        self._outputs: dict[str, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]] = {}
+        self.head = SequenceClassifierHead(self.pooling.output_size, num_labels, dropout=head.dropout)
 
     def load_hf_head(self, folder: str | Path) -> None:
         """Load the ``classifier.*`` weights of a Hugging Face ``...ForSequenceClassification`` folder."""
@@ -57,50 +76,26 @@ class SentenceClassificationModule(EncoderTaskModule):
         self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 
-    def _predict(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits.squeeze(-1) if self.head.is_regression else logits.argmax(dim=-1)
+    # Evaluation (the path is tasks/module.py's) ------------------------------------------------------
+    def eval_stage(self, stage: str, dataloader_idx: int) -> str:
+        return f"{stage}_mm" if dataloader_idx == 1 else stage
 
-    def _eval_step(self, batch: Mapping[str, torch.Tensor], stage: str) -> None:
+    def eval_rows(self, batch: Mapping[str, torch.Tensor], stage: str) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """Rows ``index, prediction[, label]``: the class id ([B] int) or the regression score ([B] float)."""
         logits = self(batch)
+        pred = logits.squeeze(-1).float() if self.head.is_regression else logits.argmax(dim=-1)
+        rows = {"index": batch["index"], "prediction": pred}
         labels = batch.get("labels")
-        if labels is not None:
-            self.log(f"{stage}_loss", self.head.loss(logits, labels), batch_size=logits.shape[0], add_dataloader_idx=False)
-        self._outputs.setdefault(stage, []).append((batch["index"].cpu(), self._predict(logits).float().cpu(), None if labels is None else labels.cpu()))
+        if labels is None:
+            return rows, None
+        return {**rows, "label": labels}, self.head.loss(logits, labels)
 
-    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, "val_mm" if dataloader_idx == 1 else "val")
-
-    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def _eval_epoch_end(self, stages: tuple[str, ...]) -> None:
-        for stage in stages:
-            if self._outputs.get(stage):
-                self._score_and_write(stage, self._outputs.pop(stage))
-
-    def _score_and_write(self, stage: str, outputs: list) -> None:
-        rows = {
-            int(i): (float(p), None if refs is None else float(r))
-            for index, preds, refs in outputs
-            for i, p, r in zip(index.tolist(), preds.tolist(), refs.tolist() if refs is not None else [None] * len(index))
-        }
-        rows = gather_by_index(rows)  # all ranks' predictions, each example once
-        index = list(rows)
-        preds = [p for p, _ in rows.values()]
-        refs = [r for _, r in rows.values()]
-        if refs[0] is not None:
-            as_class = not self.head.is_regression
-            metrics = compute_metrics(
-                self.spec.metrics, [int(p) if as_class else p for p in preds], [int(r) if as_class else r for r in refs]
-            )
-            for name, value in metrics.items():
-                self.log(f"{stage}_{name}", value, prog_bar=True, sync_dist=False, rank_zero_only=False)
+    def score(self, stage: str, rows: Rows) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if "label" in rows:
+            as_float = self.head.is_regression  # float64 like the reference implementations, not float32
+            metrics = compute_metrics(self.spec.metrics, *(rows[k].astype(float) if as_float else rows[k] for k in ("prediction", "label")))
         # GLUE's names: MNLI-m.tsv for matched, MNLI-mm.tsv for mismatched.
-        name = self.spec.submission_name + ("m" if stage == "val_mm" else "")
-        self.write_text(f"{stage}_{name}.tsv", submission_tsv(index, preds, self.label_names))
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end(("val", "val_mm"))
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end(("test",))
+        name = self.spec.submission_name + ("m" if stage.endswith("_mm") else "")
+        self.write_text(f"{stage}_{name}.tsv", submission_tsv(rows["index"].tolist(), rows["prediction"].tolist(), self.label_names))
+        return metrics

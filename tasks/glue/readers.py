@@ -13,21 +13,18 @@ from typing import Any
 
 import datasets
 
+from sesame.tasks.errors import DataError
 from sesame.tasks.glue.specs import GlueTaskSpec
 
 csv.field_size_limit(1 << 24)
 
 
-class DataFileError(ValueError):
-    """A data file that cannot be read as configured; the message says where and what to do."""
-
-
 def _check_file(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise DataFileError(f"{path}: no such file (check data.train_file / data.validation_file / data.test_file)")
+        raise DataError(f"{path}: no such file (check data.train_file / data.validation_file / data.test_file)")
     if path.stat().st_size == 0:
-        raise DataFileError(f"{path}: the file is empty")
+        raise DataError(f"{path}: the file is empty")
     return path
 
 
@@ -53,7 +50,7 @@ def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = T
         missing.append("text pair")
     if missing and not (missing == ["label"] and not require_labels):
         wanted = {"text": spec.text_a, "text pair": spec.text_b, "label": spec.label}
-        raise DataFileError(
+        raise DataError(
             f"{path}: header {header} lacks the {', '.join(repr(wanted[m]) for m in missing)} column(s) that "
             "this GLUE task needs; is data.task_name right for this file?"
         )
@@ -64,7 +61,7 @@ def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = T
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if len(row) < width:
-            raise DataFileError(
+            raise DataError(
                 f"{path}:{line_no}: {len(row)} tab-separated fields, expected at least {width}; "
                 "fix or remove this line"
             )
@@ -73,7 +70,7 @@ def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = T
             text_b.append(row[col_b])
         labels.append(row[col_label].strip() if col_label is not None else None)
     if not text_a:
-        raise DataFileError(f"{path}: no examples (only a header?)")
+        raise DataError(f"{path}: no examples (only a header?)")
     columns: dict[str, list[Any]] = {"index": list(range(len(text_a))), "text_a": text_a}
     if col_b is not None:
         columns["text_b"] = text_b
@@ -91,7 +88,7 @@ def encode_labels(
             try:
                 out.append(None if value is None else float(value))
             except ValueError:
-                raise DataFileError(
+                raise DataError(
                     f"{path}:{i + first_line}: label {value!r} is not a number, and this task is a regression"
                 ) from None
         return out
@@ -103,7 +100,7 @@ def encode_labels(
             continue
         key = str(value).strip()
         if key not in ids:
-            raise DataFileError(
+            raise DataError(
                 f"{path}:{i + first_line}: unknown label {value!r}; this task's labels are {list(label_names)} "
                 "(fix the file, or set data.label_names for a custom dataset)"
             )
@@ -122,15 +119,15 @@ def read_table(
     elif suffix in (".csv", ".tsv", ".txt"):
         builder, kwargs = "csv", {"delimiter": "\t" if suffix != ".csv" else ","}
     else:
-        raise DataFileError(f"{path}: unknown format {suffix!r}; use .csv, .tsv or .jsonl")
+        raise DataError(f"{path}: unknown format {suffix!r}; use .csv, .tsv or .jsonl")
     try:
         table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as err:  # datasets wraps parser errors in several types
-        raise DataFileError(f"{path}: could not be parsed as {builder}: {err}") from err
+        raise DataError(f"{path}: could not be parsed as {builder}: {err}") from err
     wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]
     missing = [c for c in wanted if c not in table.column_names]
     if missing:
-        raise DataFileError(
+        raise DataError(
             f"{path}: missing column(s) {missing}; it has {table.column_names}. "
             "Set data.text_column / data.text_pair_column / data.label_column"
         )

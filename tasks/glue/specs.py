@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sesame.tasks.errors import ConfigError
+
+#: The metrics of a regression task (STS-B, or data.regression=true).
+REGRESSION_METRICS = ("pearson", "spearmanr")
+
 
 @dataclass(frozen=True)
 class GlueTaskSpec:
@@ -39,5 +44,10 @@ GLUE_TASKS: dict[str, GlueTaskSpec] = {
 
 def glue_spec(task_name: str) -> GlueTaskSpec:
     if task_name not in GLUE_TASKS:
-        raise ValueError(f"data.task_name={task_name!r} is not a GLUE task; use one of {', '.join(GLUE_TASKS)}")
+        raise ConfigError(f"data.task_name={task_name!r} is not a GLUE task; use one of {', '.join(GLUE_TASKS)}")
     return GLUE_TASKS[task_name]
+
+
+def glue_main_metric(task_name: str) -> str:
+    """The metric GLUE ranks a task by (its first): what ``task.main_metric`` of ``conf/task/glue.yaml`` reads."""
+    return glue_spec(task_name).metrics[0]

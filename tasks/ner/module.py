@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from sesame.heads.tagger import IGNORE_INDEX, TokenTaggerHead
-from sesame.tasks.distributed import gather_rows
-from sesame.tasks.module import EncoderTaskModule
-from sesame.tasks.ner.data import NerDataSettings, load_tag_names, stitch_words
+from sesame.heads.masking import IGNORE_INDEX
+from sesame.heads.tagger import TokenTaggerHead
+from sesame.tasks.distributed import Rows
+from sesame.tasks.errors import ConfigError
+from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
+from sesame.tasks.ner.data import NerDataSettings
+from sesame.tasks.ner.tags import load_tag_names
+from sesame.tasks.ner.windows import stitch_words
+from sesame.tasks.settings import Settings
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
 
 log = logging.getLogger(__name__)
@@ -54,37 +60,40 @@ def complete_sentences(
     return keep, complete
 
 
+@dataclass(frozen=True)
+class TaggerHeadSettings(Settings):
+    """``cfg.head`` of ``conf/task/ner.yaml`` (``heads/tagger.py``, ``heads/crf.py``)."""
+
+    group = "head"
+    dropout: float
+    crf: bool  # linear-chain CRF over words, Viterbi decoding
+    constrain_bio: bool  # with crf: decoding never emits O -> I-X or B-X -> I-Y
+
+
 class NerModule(EncoderTaskModule):
     """``forward(batch) -> logits [B, T, num_tags]``; see the module docstring for training and metrics.
 
-    Reads ``cfg.data.tag_names`` (filled in by the data module, and saved with the checkpoint) or else
-    the training file's tag set; ``cfg.head``: ``dropout``, ``crf``, ``constrain_bio``;
-    ``cfg.task.entity_metric``: ``conlleval`` (default) or ``strict``.
+    Reads ``data.tag_names`` (filled in by the data module, and saved with the checkpoint) or else
+    the training file's tag set; ``task.entity_metric``: ``conlleval`` or ``strict``.
     """
 
-    main_metric = "val_f1"
+    eval_key = ("example_index", "word_index")
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
         super().__init__(cfg)
-        names = self.cfg.data.get("tag_names")
-        if not names:
-            names = load_tag_names(NerDataSettings.from_config(self.cfg.data))
-            # Saved with the checkpoint, so loading it needs no training file.
+        data = NerDataSettings.from_config(self.cfg.data)
+        names = data.tag_names or load_tag_names(data)
+        if not data.tag_names:  # saved with the checkpoint, so loading it needs no training file
             self.hparams["cfg"]["data"]["tag_names"] = list(names)
         self.tag_names = [str(n) for n in names]
-        head = self.cfg.get("head") or {}
+        head = TaggerHeadSettings.from_config(self.cfg.head)
         self.head = TokenTaggerHead(
-            self.feature_size,
-            len(self.tag_names),
-            dropout=float(head.get("dropout", 0.1)),
-            crf=bool(head.get("crf", False)),
-            tag_names=self.tag_names,
-            constrain_bio=bool(head.get("constrain_bio", True)),
+            self.feature_size, len(self.tag_names), dropout=head.dropout, crf=head.crf,
+            tag_names=self.tag_names, constrain_bio=head.constrain_bio,
         )
-        self.entity_metric = str((self.cfg.get("task") or {}).get("entity_metric", "conlleval"))
+        self.entity_metric = self.task.entity_metric
         if self.entity_metric not in MODES:
-            raise ValueError(f"task.entity_metric={self.entity_metric!r} is not one of {', '.join(MODES)}")
-        self._outputs: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+            raise ConfigError(f"task.entity_metric={self.entity_metric!r} is not one of {', '.join(MODES)}")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Tag logits [B, T, num_tags]."""
@@ -100,39 +109,20 @@ class NerModule(EncoderTaskModule):
         self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 
-    # Evaluation ----------------------------------------------------------------------------------
-    def _eval_step(self, batch: Mapping[str, torch.Tensor], stage: str) -> None:
+    # Evaluation (the path is tasks/module.py's) ------------------------------------------------------
+    def eval_rows(self, batch: Mapping[str, torch.Tensor], stage: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One row per word (read at its first sub-token): sentence, word position, predicted and gold tag."""
         logits = self(batch)
-        self.log(f"{stage}_loss", self._loss(logits, batch), batch_size=logits.shape[0])
-        words = batch["word_index"] >= 0  # [B, T]: one position per word
+        words = batch["word_index"] >= 0  # [B, T]
         preds = self.head.decode(logits, words)
         example = batch["example_index"].unsqueeze(1).expand_as(words)
-        self._outputs.append(
-            tuple(t[words].cpu().numpy() for t in (example, batch["word_index"], preds, batch["labels"]))  # type: ignore[misc]
-        )
+        rows = {"example_index": example[words], "word_index": batch["word_index"][words],
+                "prediction": preds[words], "label": batch["labels"][words]}
+        return rows, self._loss(logits, batch)
 
-    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def _split_examples(self, stage: str) -> Any:
-        """The data module's sentences of this stage's split (None when run without one)."""
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        examples = getattr(datamodule, "examples", None)
-        if not isinstance(examples, Mapping):
-            return None
-        return examples.get("validation" if stage == "val" else "test")
-
-    def _eval_epoch_end(self, stage: str) -> None:
-        outputs, self._outputs = self._outputs, []
-        if not outputs or (self._trainer is not None and self.trainer.sanity_checking):
-            return
-        example, word, pred, gold = (np.concatenate(parts) for parts in zip(*outputs))
-        # Every rank's words; a word seen twice (sampler padding repeats windows) counts once.
-        example, word, pred, gold = gather_rows(example, word, pred, gold, key_columns=2)
-        examples = self._split_examples(stage)
+    def score(self, stage: str, rows: Rows) -> dict[str, float]:
+        example, word, pred, gold = (rows[k] for k in ("example_index", "word_index", "prediction", "label"))
+        examples = getattr(self.split_data(), "examples", {}).get(STAGE_SPLITS[stage])
         num_words = None if examples is None else {i: len(t) for i, t in enumerate(examples.tokens)}
         keep, complete = complete_sentences(example, word, num_words)
         total = len(examples) if examples is not None else len(complete)
@@ -147,22 +137,15 @@ class NerModule(EncoderTaskModule):
         gold_ids = stitch_words(ex, word[keep], gold[keep], lengths)
         if any((g == IGNORE_INDEX).any() for g in gold_ids):
             log.warning("%s: unlabelled words; no entity scores", stage)
-            return
+            return {}
         names = np.asarray(self.tag_names, dtype=object)
         pred_tags = [names[p].tolist() for p in pred_ids]
         gold_tags = [names[g].tolist() for g in gold_ids]
         scores = entity_scores(gold_tags, pred_tags, mode=self.entity_metric)
-        for name, value in scores.as_flat_dict(f"{stage}_").items():
-            self.log(name, value, prog_bar=name == f"{stage}_f1")
         log.info("%s entity scores (%s):\n%s", stage, self.entity_metric, format_report(scores))
         tokens = [examples.tokens[i] for i in order] if examples is not None else [["_"] * n for n in lengths]
         self.write_text(f"{stage}_predictions.conll", format_conll_predictions(tokens, gold_tags, pred_tags))
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
+        return scores.as_flat_dict()
 
     # Scalar mix ----------------------------------------------------------------------------------
     def _scalar_mix_weights(self) -> list[float] | None:

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from sesame.tasks.atomic_files import atomic_open, write_json_atomic
-from sesame.tasks.checkpointing import AtomicCheckpointIO
+from sesame.tasks.checkpoint_callbacks import AtomicCheckpointIO
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):

@@ -12,7 +12,7 @@ from sesame.tasks.runner import train
 
 def _eval(run, out, tiny_bert_dir, task, *extra):
     subprocess.run(
-        [sys.executable, "-m", "sesame.tasks.cli.eval", f"task={task}", f"checkpoint={run}",
+        [sys.executable, "-m", "sesame.tasks.cli.eval", f"task={task}", f"model={run}",
          f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.limit_val_batches=null",
          "trainer.enable_progress_bar=false", "data.max_eval_examples=41", "data.eval_batch_size=8",
          f"hydra.run.dir={out}", *extra],

@@ -12,7 +12,7 @@ from sesame.tasks.runner import train
 
 def test_a_checkpoint_evaluates_to_the_metrics_of_its_run(make_cfg, tmp_path):
     trained = train(make_cfg(), tmp_path / "run")
-    got = evaluate(make_cfg(f"++checkpoint={tmp_path / 'run'}"), tmp_path / "eval")
+    got = evaluate(make_cfg(f"++model={tmp_path / 'run'}"), tmp_path / "eval")
     assert got["val_accuracy"] == trained["val_accuracy"]
     assert (tmp_path / "eval" / "val_SST-2.tsv").read_text() == (tmp_path / "run" / "val_SST-2.tsv").read_text()
 
@@ -23,7 +23,7 @@ def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp
     torch.manual_seed(0)
     BertForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=2).save_pretrained(tmp_path / "hf")
     AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(tmp_path / "hf")
-    got = evaluate(make_cfg("pooling=pooler", f"++checkpoint={tmp_path / 'hf'}"), tmp_path / "eval")
+    got = evaluate(make_cfg("pooling=pooler", f"++model={tmp_path / 'hf'}"), tmp_path / "eval")
     assert 0 <= got["val_accuracy"] <= 1
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
 
@@ -31,7 +31,7 @@ def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp
 def test_the_console_script_prints_the_run_folder_last(make_cfg, tmp_path, tiny_bert_dir):
     train(make_cfg(), tmp_path / "run")
     out = subprocess.run(
-        [sys.executable, "-m", "sesame.tasks.cli.eval", f"checkpoint={tmp_path / 'run'}", f"encoder.name_or_path={tiny_bert_dir}",
+        [sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'run'}", f"encoder.name_or_path={tiny_bert_dir}",
          "trainer=debug", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'eval'}"],
         capture_output=True, text=True, check=True,
     )
@@ -41,8 +41,8 @@ def test_the_console_script_prints_the_run_folder_last(make_cfg, tmp_path, tiny_
 
 def test_a_missing_checkpoint_is_one_clear_line(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "sesame.tasks.cli.eval", f"checkpoint={tmp_path / 'nope'}", f"hydra.run.dir={tmp_path / 'e'}"],
+        [sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'nope'}", f"hydra.run.dir={tmp_path / 'e'}"],
         capture_output=True, text=True,
     )
     assert out.returncode == 2
-    assert "error: checkpoint=" in out.stderr and "Traceback" not in out.stderr
+    assert "error: model=" in out.stderr and "Traceback" not in out.stderr

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from sesame.tasks.checkpointing import resolve_resume
+from sesame.tasks.checkpoints import resolve_resume
 from sesame.tasks.runner import train
 
 OVERRIDES = [
@@ -22,7 +22,7 @@ KILLED_RUN = textwrap.dedent(
     import lightning as L
     from hydra import compose, initialize_config_module
     from sesame.tasks import runner
-    from sesame.tasks.paths import register_resolvers
+    from sesame.tasks.resolvers import register_resolvers
 
     class KillAt(L.Callback):
         def on_train_batch_end(self, trainer, *args):

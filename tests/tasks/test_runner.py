@@ -90,6 +90,6 @@ def test_a_best_checkpoint_older_than_the_final_weights_is_validated_again(make_
 def _assert_metrics_of_best_checkpoint(make_cfg, run_dir, metrics):
     from sesame.tasks.evaluation import evaluate
 
-    scored = evaluate(make_cfg(f"++checkpoint={run_dir / 'checkpoints' / 'best.ckpt'}"), run_dir.parent / "eval")
+    scored = evaluate(make_cfg(f"++model={run_dir / 'checkpoints' / 'best.ckpt'}"), run_dir.parent / "eval")
     for key in ("val_accuracy", "val_loss"):
         assert metrics[key] == pytest.approx(scored[key], abs=1e-6)

@@ -11,10 +11,12 @@ from sesame.tasks.cli.report import main as report_main
 from sesame.tasks.sweep_report import main_metric, read_jobs, variants
 
 
-def _job(root, n, overrides, metrics):
+def _job(root, n, overrides, metrics, main_metric=None):
     (root / str(n) / ".hydra").mkdir(parents=True)
     (root / str(n) / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (root / str(n) / "metrics.json").write_text(json.dumps(metrics))
+    main_metric = main_metric or next(iter(metrics))
+    (root / str(n) / "config.yaml").write_text(yaml.safe_dump({"task": {"main_metric": main_metric}}))
 
 
 def test_seeds_fold_into_mean_and_std_sorted_best_first(tmp_path):
@@ -51,6 +53,7 @@ def test_a_real_multirun_writes_every_job_folder(tiny_bert_dir, tmp_path):
     for job in ("0", "1"):
         files = {p.name for p in (sweep / job).iterdir()}
         assert {"config.yaml", "metrics.json", "checkpoints", "val_SST-2.tsv"} <= files
+    assert main_metric(read_jobs(sweep)) == "val_accuracy"  # task.main_metric of the jobs' config.yaml
     rows = variants(read_jobs(sweep), "val_accuracy")
     assert sorted(r.overrides for r in rows) == ["pooling=cls", "pooling=mean"]
 

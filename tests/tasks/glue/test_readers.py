@@ -2,7 +2,8 @@
 
 import pytest
 
-from sesame.tasks.glue.readers import DataFileError, read_glue_tsv, read_table
+from sesame.tasks.errors import DataError
+from sesame.tasks.glue.readers import read_glue_tsv, read_table
 from sesame.tasks.glue.specs import glue_spec
 from sesame.tasks.paths import shipped_path
 
@@ -39,12 +40,12 @@ def test_pairs_headerless_and_regression(tmp_path):
 def test_bad_files_name_file_line_and_fix(tmp_path, content, task, message):
     path = tmp_path / "bad.tsv"
     path.write_text(content)
-    with pytest.raises(DataFileError, match=message):
+    with pytest.raises(DataError, match=message):
         read_glue_tsv(path, glue_spec(task))
 
 
 def test_missing_file_and_unknown_task(tmp_path):
-    with pytest.raises(DataFileError, match="no such file"):
+    with pytest.raises(DataError, match="no such file"):
         read_glue_tsv(tmp_path / "nope.tsv", glue_spec("sst2"))
     with pytest.raises(ValueError, match="not a GLUE task"):
         glue_spec("squad")
@@ -55,5 +56,5 @@ def test_generic_table_columns(tmp_path):
     path.write_text("review,stars\ngood,5\nbad,1\n")
     table, _ = read_table(path, "review", None, "stars")
     assert table["review"] == ["good", "bad"]
-    with pytest.raises(DataFileError, match=r"missing column\(s\) \['label'\]"):
+    with pytest.raises(DataError, match=r"missing column\(s\) \['label'\]"):
         read_table(path, "review", None, "label")

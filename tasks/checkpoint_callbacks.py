@@ -1,9 +1,13 @@
-"""Checkpoints that are never half-written, and the callback that keeps them in the run folder."""
+"""Training-time checkpoints: written atomically into ``<run>/checkpoints/``, periodically when
+``checkpoint.every_n_train_steps`` is set, with the RNG and sampler state an exact resume needs.
+
+Finding, reading and rebuilding a trained model from these files is ``tasks/checkpoints.py``."""
 
 from __future__ import annotations
 
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,20 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from sesame.tasks.atomic_files import atomic_open
+from sesame.tasks.errors import ConfigError
+from sesame.tasks.settings import Settings
+
+
+@dataclass(frozen=True)
+class CheckpointSettings(Settings):
+    """``cfg.checkpoint`` (``conf/config.yaml``): extra checkpoints during training."""
+
+    group = "checkpoint"
+    every_n_train_steps: int | None  # also write checkpoints/last.ckpt every N optimiser steps
+
+    def __post_init__(self) -> None:
+        if self.every_n_train_steps is not None and self.every_n_train_steps < 1:
+            raise ConfigError(f"checkpoint.every_n_train_steps={self.every_n_train_steps}: use a positive number, or null")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -41,24 +59,6 @@ def checkpoint_callback(run_dir: Path, monitor: str | None, mode: str = "max") -
         save_top_k=1,
         enable_version_counter=False,
     )
-
-
-def resolve_resume(resume: Any, run_dir: Path) -> str | None:
-    """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
-    if resume in (None, False, "", "false", "False"):
-        return None
-    if resume is True or str(resume).lower() == "true":
-        candidate = run_dir / "checkpoints" / "last.ckpt"
-    else:
-        candidate = Path(str(resume))
-        if candidate.is_dir():
-            candidate = candidate / "checkpoints" / "last.ckpt"
-    if not candidate.is_file():
-        raise FileNotFoundError(
-            f"resume={resume!r}: no checkpoint at {candidate}. Pass a run folder that holds checkpoints/last.ckpt, "
-            "a .ckpt file, or run in that folder with hydra.run.dir=<run folder> resume=true"
-        )
-    return str(candidate)
 
 
 class TrainingResumeCallback(Callback):

@@ -1,9 +1,15 @@
-"""Load a trained sesame module from a checkpoint (float or quantised), and write weights-only checkpoints."""
+"""Trained models on disk: find a checkpoint, read it, rebuild its module, save a weights-only one.
+
+A sesame checkpoint is ``{state_dict, hyper_parameters: {cfg}}`` (Lightning's format; ``cfg`` is the
+resolved config the module was built from), found as a ``.ckpt`` file or inside a run folder's
+``checkpoints/``. Training-time checkpoint writing is ``tasks/checkpoint_callbacks.py``.
+"""
 
 from __future__ import annotations
 
 import copy
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +20,50 @@ from omegaconf import OmegaConf
 
 from sesame.tasks.atomic_files import atomic_open, write_text_atomic
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
-from sesame.tasks.evaluation import find_checkpoint
+from sesame.tasks.errors import DataError, MissingFileError
 from sesame.tasks.module import EncoderTaskModule
 
 
-def read_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
+def is_hf_model_folder(path: str | Path) -> bool:
+    """A Hugging Face model folder (``config.json``), as opposed to a sesame run folder or .ckpt."""
+    return (Path(path) / "config.json").is_file()
+
+
+def find_checkpoint(path: str | Path, names: Sequence[str] = ("best.ckpt", "last.ckpt"), key: str = "model") -> Path:
+    """A .ckpt file as given; a run folder -> the first of ``names`` in its ``checkpoints/``.
+
+    ``key`` is the setting the path came from, for the error message.
+    """
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path
+    for name in names:
+        if (path / "checkpoints" / name).is_file():
+            return path / "checkpoints" / name
+    wanted = " or ".join(f"checkpoints/{n}" for n in names)
+    raise MissingFileError(f"{key}={str(path)!r}: not a .ckpt file, nor a run folder holding {wanted}")
+
+
+def resolve_resume(resume: Any, run_dir: Path) -> str | None:
+    """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
+    if resume in (None, False, "", "false", "False"):
+        return None
+    folder = run_dir if resume is True or str(resume).lower() == "true" else Path(str(resume))
+    try:
+        return str(find_checkpoint(folder, names=("last.ckpt",), key="resume"))
+    except MissingFileError:
+        raise MissingFileError(
+            f"resume={resume!r}: no checkpoint at {folder / 'checkpoints' / 'last.ckpt'}. Pass a run folder that holds "
+            "checkpoints/last.ckpt, a .ckpt file, or run in that folder with hydra.run.dir=<run folder> resume=true"
+        ) from None
+
+
+def read_checkpoint(path: str | Path, key: str = "model") -> tuple[Path, dict[str, Any]]:
     """``(checkpoint file, its contents)`` for a .ckpt file or a run folder (its best, else last)."""
-    ckpt_path = find_checkpoint(path)
+    ckpt_path = find_checkpoint(path, key=key)
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
     if "state_dict" not in checkpoint or "cfg" not in (checkpoint.get("hyper_parameters") or {}):
-        raise ValueError(f"{ckpt_path} is not a sesame checkpoint (no state_dict / hyper_parameters.cfg)")
+        raise DataError(f"{ckpt_path} is not a sesame checkpoint (no state_dict / hyper_parameters.cfg)")
     return ckpt_path, checkpoint
 
 
@@ -32,7 +72,7 @@ def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(checkpoint["hyper_parameters"]["cfg"])
 
 
-def build_module(cfg: dict[str, Any], state_dict: dict[str, Any] | None = None) -> EncoderTaskModule:
+def build_module(cfg: Any, state_dict: dict[str, Any] | None = None) -> EncoderTaskModule:
     """The task module ``cfg`` names, quantised first when ``cfg`` says so, with ``state_dict`` loaded."""
     cfg = OmegaConf.create(cfg)
     module = get_class(cfg.task.module)(cfg)
@@ -66,7 +106,7 @@ def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path
 
 
 def save_model_folder(module: EncoderTaskModule, cfg: dict[str, Any], output_dir: str | Path) -> Path:
-    """A run folder ``sesame-eval checkpoint=<folder>`` reads: ``checkpoints/best.ckpt`` and
+    """A run folder ``sesame-eval model=<folder>`` reads: ``checkpoints/best.ckpt`` and
     ``config.yaml``. Returns the checkpoint's path."""
     output_dir = Path(output_dir)
     ckpt = save_weights_checkpoint(module, cfg, output_dir / "checkpoints" / "best.ckpt")
