@@ -23,7 +23,8 @@ def measure(mode: str, batch_size: int, seq_len: int, steps: int) -> dict:
 
     from sesame.tasks.encoder import load_tokenizer
     from sesame.tasks.glue.module import SentenceClassificationModule
-    from sesame.tasks.paths import register_resolvers, shipped_path
+    from sesame.tasks.paths import shipped_path
+    from sesame.tasks.resolvers import register_resolvers
 
     register_resolvers()
     cfg = {

@@ -96,7 +96,8 @@ def dev_questions(path: Path, n: int | None = None, windows: str = "any", tokeni
                   max_seq_length: int = 384, doc_stride: int = 128) -> datasets.Dataset:
     """The first ``n`` questions of a SQuAD v1.1 file (sesame's reader), optionally only those whose
     context fits one window (``windows="single"``) or needs several (``"multi"``)."""
-    from sesame.tasks.qa.data import encode_windows, read_squad
+    from sesame.tasks.qa.readers import read_squad
+    from sesame.tasks.qa.windows import encode_windows
 
     rows, _ = read_squad(path, allow_impossible=False)
     if windows != "any":
@@ -130,14 +131,14 @@ class Answer:
 
 class SesameQA:
     """sesame-eval on a ``...ForQuestionAnswering`` folder, split into loading (once) and evaluating a
-    SQuAD file (timed): the same calls as :func:`sesame.tasks.evaluation.evaluate`."""
+    SQuAD file (timed): the same calls as ``tasks/evaluation.py`` ``evaluate``."""
 
     def __init__(self, folder: Path, batch_size: int = 16, max_seq_length: int = 384, doc_stride: int = 128) -> None:
         from hydra import compose, initialize_config_module
         from hydra.core.global_hydra import GlobalHydra
 
         from sesame.tasks.encoder import load_tokenizer
-        from sesame.tasks.paths import register_resolvers
+        from sesame.tasks.resolvers import register_resolvers
         from sesame.tasks.qa.module import SquadModule
 
         register_resolvers()
@@ -166,7 +167,7 @@ class SesameQA:
         run_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         cfg = OmegaConf.merge(self.cfg, {"data": {"validation_file": str(squad_json)}})
-        datamodule = SquadDataModule(cfg, self.tokenizer)
+        datamodule = SquadDataModule.from_config(cfg, self.tokenizer)
         datamodule.setup("validate")
         self.module.output_dir = run_dir
         trainer = build_trainer(cfg, run_dir, monitor=None)
@@ -180,13 +181,14 @@ class SesameQA:
     def floor_batches(self, squad_json: Path, batch_size: int) -> list[dict[str, torch.Tensor]]:
         """The evaluation windows of ``squad_json``, longest first, padded per batch (built untimed)."""
         from sesame.tasks.batching import LengthSortedSampler
-        from sesame.tasks.qa.data import WindowCollator, encode_windows, read_squad
+        from sesame.tasks.qa.readers import read_squad
+        from sesame.tasks.qa.windows import encode_windows, window_collator
 
         rows, _ = read_squad(squad_json, allow_impossible=False)
         windows = encode_windows(rows, self.tokenizer, max_seq_length=int(self.cfg.data.max_seq_length),
                                  doc_stride=int(self.cfg.data.doc_stride), train=False)
         order = list(LengthSortedSampler([len(w["input_ids"]) for w in windows]))
-        collate = WindowCollator(self.tokenizer.pad_token_id)
+        collate = window_collator(self.tokenizer.pad_token_id)
         return [collate([windows[i] for i in order[lo : lo + batch_size]]) for lo in range(0, len(order), batch_size)]
 
     def floor(self, batches: Iterable[dict[str, torch.Tensor]]) -> float:

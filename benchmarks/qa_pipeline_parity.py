@@ -44,14 +44,15 @@ def question_logits(sesame: SesameQA, row: dict[str, Any]) -> list[dict[str, np.
     """sesame's unmasked start/end logits, offsets and context mask of each window of one question."""
     import datasets
 
-    from sesame.tasks.qa.data import SQUAD_FEATURES, WindowCollator, encode_windows
+    from sesame.tasks.qa.readers import SQUAD_FEATURES
+    from sesame.tasks.qa.windows import encode_windows, window_collator
 
     ds = datasets.Dataset.from_list([row], features=SQUAD_FEATURES)
     windows = encode_windows(ds, sesame.tokenizer, max_seq_length=PIPELINE_KWARGS["max_seq_len"],
                              doc_stride=PIPELINE_KWARGS["doc_stride"], train=False)
     out = []
     for w in windows:
-        batch = WindowCollator(sesame.tokenizer.pad_token_id)([w])
+        batch = window_collator(sesame.tokenizer.pad_token_id)([w])
         with torch.inference_mode():
             logits = sesame.module.head.qa_outputs(sesame.module.encode(batch))[0].double().numpy()
         out.append({"start": logits[:, 0], "end": logits[:, 1], "offsets": w["offsets"], "context": w["context_mask"]})

@@ -6,7 +6,7 @@ forward-pass floor, and the vectorised span decoder against a Python loop.
 same questions (the first --n-questions of the real dev set) and batch size, in one run:
   floor     the encoder alone over the same windows, longest first, padded per batch (pre-built),
             no head and no decoding: what any evaluation must at least spend
-  sesame    what ``sesame-eval task=squad_v1 checkpoint=<folder>`` does after loading the model:
+  sesame    what ``sesame-eval task=squad_v1 model=<folder>`` does after loading the model:
             read + validate the file, tokenise windows, Lightning validate (forward, decode, official
             metrics), write predictions.json, nbest_predictions.json and metrics.json
   pipeline  transformers 4.x ``pipeline("question-answering")`` (batch_size, max_seq_len 384,
@@ -16,7 +16,7 @@ are excluded on both sides, and so is one warm-up round (the first ``datasets`` 
 builds its Arrow cache; allocators warm up). Rounds interleave the three so background load hits
 them alike; the ratios of the per-side minima are reported.
 
-(b) Decoder alone (--skip-decoder to leave out): ``sesame.heads.span_decode.decode_predictions``
+(b) Decoder alone (--skip-decoder to leave out): ``tasks/qa/predictions.py`` ``decode_predictions``
 against the plain-loop reference in tests/heads/reference_span_decoder.py, n_best 20, max answer 30,
 on random-normal logits of 1-3 windows (~150 tokens, question + context + padding) per question;
 prints the speedup and whether every answer and n-best list is identical.
@@ -120,7 +120,7 @@ def synthetic_windows(n_questions: int, seed: int = 0, window: int = 150, questi
 
 
 def decoder_speed(n_questions: int, seed: int) -> dict[str, Any]:
-    from sesame.heads.span_decode import decode_predictions
+    from sesame.tasks.qa.predictions import decode_predictions
     from tests.heads.reference_span_decoder import reference_decode
 
     start, end, offsets, ex_index, contexts, ids = synthetic_windows(n_questions, seed)

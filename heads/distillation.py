@@ -10,7 +10,7 @@ gradients on the scale of the hard ones whatever ``T``), mixed with the task's o
   per pointer (a tuple of the two is averaged).
 
 Positions a head has masked out with its large negative fill value (e.g. non-context tokens in
-:class:`sesame.heads.span_pointer.SpanPointerHead`) are left out of both distributions. A single
+``heads/span_pointer.py`` ``SpanPointerHead``) are left out of both distributions. A single
 output (regression, [B, 1]) has no distribution; it is matched by mean squared error instead.
 """
 

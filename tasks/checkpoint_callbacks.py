@@ -66,7 +66,7 @@ class TrainingResumeCallback(Callback):
 
     Saves the global RNG states with each checkpoint and restores them before the first resumed
     batch (dropout masks match), and tells the datamodule how many batches of the epoch were done,
-    so its resumable sampler skips them (see ``sesame.tasks.batching.make_loader``).
+    so its resumable sampler skips them (see ``tasks/batching.py`` ``make_loader``).
     """
 
     def __init__(self) -> None:

@@ -1,7 +1,7 @@
 """What every task's data module shares: typed settings, named splits, and one loader recipe.
 
-``conf/data/*.yaml`` -> the task's ``settings_class`` (a :class:`sesame.tasks.settings.Settings`)
--> ``SplitDataModule(settings, tokenizer, seed)`` -> loaders from :func:`sesame.tasks.batching.make_loader`.
+``conf/data/*.yaml`` -> the task's ``settings_class`` (a ``tasks/settings.py`` ``Settings``)
+-> ``SplitDataModule(settings, tokenizer, seed)`` -> loaders from ``tasks/batching.py`` ``make_loader``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class SplitDataModule(L.LightningDataModule):
     Subclasses set ``settings_class`` (the typed ``cfg.data``, which must have ``batch_size``,
     ``eval_batch_size`` and ``num_workers``) and ``self.collator``, and implement ``dataset(split)``
     and ``has_split(split)``. ``resume_at`` is set by
-    :class:`sesame.tasks.checkpoint_callbacks.TrainingResumeCallback` when a run resumes mid-epoch.
+    ``tasks/checkpoint_callbacks.py`` ``TrainingResumeCallback`` when a run resumes mid-epoch.
     """
 
     settings_class: ClassVar[type[Settings]]

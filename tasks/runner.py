@@ -126,6 +126,15 @@ def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, dat
     log.info("frozen features from %s", module.feature_cache.folder)
 
 
+def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> list[Callback]:
+    """With ``distill.teacher`` set, load the frozen teacher into ``module.distiller`` (a bad teacher fails
+    before any training) and return the callback that saves its logit cache; else nothing."""
+    if not settings.teacher:
+        return []
+    module.distiller = Distiller(settings, module)
+    return [DistillationCallback(module.distiller)]
+
+
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
     run_dir = Path(run_dir)
@@ -145,10 +154,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     module = build_module(cfg)
     module.output_dir = run_dir
     attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
-    callbacks: list[Callback] = []
-    if distill.teacher:
-        module.distiller = Distiller(distill, module)
-        callbacks.append(DistillationCallback(module.distiller))
+    callbacks = attach_distiller(distill, module)
     has_validation = datamodule.has_split("validation")
     trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
                             every_n_train_steps=periodic.every_n_train_steps)

@@ -2,7 +2,7 @@
 
 The student (any module of the same task, e.g. on a ``drop-layers`` encoder) trains on
 ``alpha * gold_loss + (1 - alpha) * T**2 * KL(teacher || student)`` of temperature-``T`` softmaxes
-(:class:`sesame.heads.distillation.DistillationLoss`): class logits for GLUE, tag logits per word
+(``heads/distillation.py`` ``DistillationLoss``): class logits for GLUE, tag logits per word
 for NER, start and end logits for QA. The teacher is loaded before fitting starts (never when a
 distilled student is evaluated), frozen and kept in eval mode, and is not a submodule of the
 student: it is neither trained, nor saved in the student's checkpoints, nor in its optimiser.

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.datamodule import SplitDataModule
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.errors import ConfigError
 from sesame.tasks.glue.readers import encode_labels, read_glue_tsv, read_table
 from sesame.tasks.glue.specs import REGRESSION_METRICS, GlueTaskSpec, glue_spec
 from sesame.tasks.settings import Settings

@@ -19,8 +19,8 @@ from sesame.heads.masking import IGNORE_INDEX
 from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.datamodule import SplitDataModule
 from sesame.tasks.errors import ConfigError, DataError
-from sesame.tasks.ner.readers import FORMATS, NerExamples, read_examples
-from sesame.tasks.ner.tags import TAG_SCHEMES, apply_tag_scheme, build_tag_set, encode_tags, load_tag_names
+from sesame.tasks.ner.readers import FORMATS, NerExamples, check_tag, read_examples
+from sesame.tasks.ner.tags import TAG_SCHEMES, apply_tag_scheme, build_tag_set, encode_tags
 from sesame.tasks.ner.windows import tokenize_examples
 from sesame.tasks.settings import Settings
 
@@ -53,6 +53,19 @@ class NerDataSettings(Settings):
             raise ConfigError(f"data.format={self.format!r} is not one of {', '.join(FORMATS)}")
         if self.tag_scheme not in TAG_SCHEMES:
             raise ConfigError(f"data.tag_scheme={self.tag_scheme!r} is not one of {', '.join(TAG_SCHEMES)}")
+
+
+def load_tag_names(settings: NerDataSettings) -> list[str]:
+    """The tag set: ``data.tag_names`` when given, else from the (BIO2-converted) training file."""
+    if settings.tag_names:
+        names = [str(n) for n in settings.tag_names]
+        for n in names:
+            check_tag(n, "data.tag_names", "list tags as 'O', 'B-TYPE', 'I-TYPE'", error=ConfigError)
+        return names
+    if not settings.train_file:
+        raise ConfigError("set data.train_file (the tag set comes from it) or data.tag_names")
+    train = read_examples(settings.train_file, settings.format, settings.tag_column, "train_file")
+    return build_tag_set(apply_tag_scheme(train, settings.tag_scheme).tags)
 
 
 class NerDataModule(SplitDataModule):

@@ -13,7 +13,7 @@ Two ways of reading spans from BIO tags, chosen by ``mode``:
   ``I-X`` that does not continue an ``X`` chunk belongs to no entity.
 
 In both, a chunk continues over ``I-X`` tags while the type stays ``X``. Data read by
-``sesame.tasks.ner.data`` is BIO2, where the two agree on the gold side; they differ only on
+``tasks/ner/tags.py`` is BIO2, where the two agree on the gold side; they differ only on
 predictions with invalid transitions (possible with a softmax head, impossible with the constrained
 CRF).
 """

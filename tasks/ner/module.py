@@ -22,14 +22,13 @@ from sesame.heads.tagger import TokenTaggerHead
 from sesame.tasks.distributed import Rows
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
-from sesame.tasks.ner.data import NerDataSettings
-from sesame.tasks.ner.tags import load_tag_names
-from sesame.tasks.ner.windows import stitch_words
-from sesame.tasks.settings import Settings
+from sesame.tasks.ner.data import NerDataSettings, load_tag_names
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
 
-log = logging.getLogger(__name__)
+from sesame.tasks.ner.windows import stitch_words
+from sesame.tasks.settings import Settings
 
+log = logging.getLogger(__name__)
 
 def complete_sentences(
     example_index: np.ndarray, word_index: np.ndarray, num_words: Mapping[int, int] | None = None
@@ -59,7 +58,6 @@ def complete_sentences(
     keep = np.isin(example_index, np.fromiter(complete, dtype=np.int64, count=len(complete)))
     return keep, complete
 
-
 @dataclass(frozen=True)
 class TaggerHeadSettings(Settings):
     """``cfg.head`` of ``conf/task/ner.yaml`` (``heads/tagger.py``, ``heads/crf.py``)."""
@@ -68,7 +66,6 @@ class TaggerHeadSettings(Settings):
     dropout: float
     crf: bool  # linear-chain CRF over words, Viterbi decoding
     constrain_bio: bool  # with crf: decoding never emits O -> I-X or B-X -> I-Y
-
 
 class NerModule(EncoderTaskModule):
     """``forward(batch) -> logits [B, T, num_tags]``; see the module docstring for training and metrics.

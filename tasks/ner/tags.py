@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sesame.tasks.errors import ConfigError, DataError
-from sesame.tasks.ner.readers import NerExamples, check_tag, read_examples
-
-if TYPE_CHECKING:
-    from sesame.tasks.ner.data import NerDataSettings
+from sesame.tasks.ner.readers import NerExamples
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +74,3 @@ def encode_tags(examples: NerExamples, tag_names: Sequence[str], role: str = "th
                 f"{list(tag_names)}; every entity type must occur in data.train_file"
             ) from None
     return out
-
-
-def load_tag_names(settings: NerDataSettings) -> list[str]:
-    """The tag set: ``data.tag_names`` when given, else from the (BIO2-converted) training file."""
-    if settings.tag_names:
-        names = [str(n) for n in settings.tag_names]
-        for n in names:
-            check_tag(n, "data.tag_names", "list tags as 'O', 'B-TYPE', 'I-TYPE'", error=ConfigError)
-        return names
-    if not settings.train_file:
-        raise ConfigError("set data.train_file (the tag set comes from it) or data.tag_names")
-    train = read_examples(settings.train_file, settings.format, settings.tag_column, "train_file")
-    return build_tag_set(apply_tag_scheme(train, settings.tag_scheme).tags)

@@ -1,16 +1,23 @@
-"""A plain Python reference for :func:`sesame.heads.span_decode.decode_predictions`.
+"""Plain Python references for span decoding, and random windows to compare them on.
 
-One loop over every allowed (window, start, end), then a full sort of a question's candidates: slow
-and obviously right, with the decoder's documented tie-breaking and de-duplication. Shared by
-tests/heads/test_span_decode.py (exactness) and benchmarks/qa_speed.py (speed), so both measure
+:func:`reference_top_spans` is the per-window ranking of ``heads/span_decode.py``
+(``top_spans_per_window``); :func:`reference_decode` the per-question answers of
+``tasks/qa/predictions.py`` (``decode_predictions``). Each is one loop over every allowed
+(window, start, end), then a full sort: slow and obviously right, with the documented
+tie-breaking and de-duplication. Shared by tests/heads/test_span_decode.py,
+tests/tasks/qa/test_predictions.py (exactness) and benchmarks/qa_speed.py (speed), so all measure
 against the same thing.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
+import torch
+
 Candidate = tuple[str, float, float, float]  # (text, score, start_logit, end_logit)
+WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa"]  # one per token
 
 
 def reference_decode(
@@ -72,3 +79,69 @@ def reference_decode(
                 answer = ""
         out[ids[ex]] = (answer, best_text, nbest, null if allow_null else None, diff)
     return out
+
+
+def reference_top_spans(
+    start: Sequence[float],
+    end: Sequence[float],
+    context: Sequence[bool],
+    max_len: int,
+    k: int,
+    offsets: Sequence[Sequence[int]] | None = None,
+) -> list[tuple[float, int, int]]:
+    """The best ``k`` allowed spans ``(score, s, e)`` of one window, ranked by (-score, char start,
+    char end, s, e) when ``offsets`` [T][2] are given, else by (-score, s, e)."""
+    cands = []
+    for s_tok in range(len(start)):
+        for e_tok in range(s_tok, min(len(start), s_tok + max_len)):
+            if context[s_tok] and context[e_tok]:
+                score = float(start[s_tok]) + float(end[e_tok])
+                chars = (offsets[s_tok][0], offsets[e_tok][1]) if offsets is not None else ()
+                cands.append(((-score, *chars, s_tok, e_tok), score, s_tok, e_tok))
+    cands.sort(key=lambda c: c[0])
+    return [(score, s_tok, e_tok) for _, score, s_tok, e_tok in cands[:k]]
+
+
+def random_windows(rng: random.Random, n_questions: int, integer: bool):
+    """Random contexts of one word per token, split into overlapping windows with question + padding.
+
+    Returns ``(start, end, offsets, ex_index, contexts, ids)``: [N, T] float32 logits (integer-valued
+    when ``integer``, so ties are common), [N, T, 2] char offsets (-1 outside the context), the
+    question of each window (rows of different questions may interleave), and per question its
+    context and id.
+    """
+    contexts, ids, rows = [], [], []
+    for q in range(n_questions):
+        n_tok = rng.randint(1, 14)
+        words = [rng.choice(WORDS) for _ in range(n_tok)]
+        spans, pos = [], 0
+        for w in words:
+            spans.append((pos, pos + len(w)))
+            pos += len(w) + 1
+        contexts.append(" ".join(words))
+        ids.append(f"q{q}")
+        win, stride = rng.randint(2, 8), rng.randint(1, 3)
+        lo = 0
+        while True:
+            chunk = spans[lo : lo + win]
+            q_len = rng.randint(1, 3)
+            # [CLS] question [SEP] context [SEP]
+            rows.append((q, [(-1, -1)] * (q_len + 2) + chunk + [(-1, -1)]))
+            if lo + win >= len(spans):
+                break
+            lo += max(1, win - stride)
+    if rng.random() < 0.5:
+        rng.shuffle(rows)  # interleaved questions; both decoders rank a question's windows by row order
+    T = max(len(r[1]) for r in rows) + rng.randint(0, 3)  # extra padding
+    offsets = [r[1] + [(-1, -1)] * (T - len(r[1])) for r in rows]
+    if integer:
+        start = [[float(rng.randint(-3, 3)) for _ in range(T)] for _ in rows]
+        end = [[float(rng.randint(-3, 3)) for _ in range(T)] for _ in rows]
+    else:
+        start = [[rng.gauss(0, 2) for _ in range(T)] for _ in rows]
+        end = [[rng.gauss(0, 2) for _ in range(T)] for _ in rows]
+    # round-trip through float32 so both decoders see identical values
+    start_t, end_t = torch.tensor(start, dtype=torch.float32), torch.tensor(end, dtype=torch.float32)
+    ex_index = [r[0] for r in rows]
+    return start_t, end_t, torch.tensor(offsets), ex_index, contexts, ids
+

@@ -10,11 +10,12 @@ import torch
 from hydra.utils import get_class
 
 from sesame.heads.distillation import distillation_kl
-from sesame.tasks.compression.distill import TeacherLogitCache
+from sesame.tasks.compression.distill import DistillSettings, TeacherLogitCache
 from sesame.tasks.compression.drop_layers import drop_layers
 from sesame.tasks.evaluation import evaluate
 from sesame.tasks.module import EncoderTaskModule
-from sesame.tasks.runner import build_datamodule, config_with_data, train
+from sesame.tasks.errors import ConfigError
+from sesame.tasks.runner import attach_distiller, build_datamodule, config_with_data, train
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,9 @@ def _student(make_cfg, task, teacher, encoder, *extra):
     dm.setup("fit")
     cfg = config_with_data(cfg, dm)
     torch.manual_seed(0)
-    return get_class(cfg.task.module)(cfg), next(iter(dm.train_dataloader()))
+    student = get_class(cfg.task.module)(cfg)
+    attach_distiller(DistillSettings.from_config(cfg.distill), student)
+    return student, next(iter(dm.train_dataloader()))
 
 
 def _gold(student, task, logits, batch):
@@ -111,9 +114,8 @@ def test_without_a_teacher_the_loss_is_the_gold_loss(make_cfg):
 
 
 def test_a_teacher_of_another_task_or_label_set_is_refused(make_cfg, teachers):
-    student, _ = _student(make_cfg, "glue", teachers["ner"][0], teachers["glue"][1])
-    with pytest.raises(ValueError, match="teacher"):
-        student.distiller
+    with pytest.raises(ConfigError, match="teacher"):
+        _student(make_cfg, "glue", teachers["ner"][0], teachers["glue"][1])
 
 
 def _rows(*lengths, width, seed=0):
@@ -205,7 +207,7 @@ def test_a_distillation_run_end_to_end_with_the_logit_cache(make_cfg, teachers, 
     # Evaluating the student needs no teacher.
     shutil.move(teacher_run, tmp_path / "teacher_moved")
     try:
-        got = evaluate(make_cfg("data.max_eval_examples=32", f"++checkpoint={tmp_path / 'plain'}"), tmp_path / "eval")
+        got = evaluate(make_cfg("data.max_eval_examples=32", f"++model={tmp_path / 'plain'}"), tmp_path / "eval")
     finally:
         shutil.move(tmp_path / "teacher_moved", teacher_run)
     assert got["val_accuracy"] == plain["val_accuracy"]

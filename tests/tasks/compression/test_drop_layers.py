@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from sesame.tasks.compression.checkpoints import load_trained
+from sesame.tasks.checkpoints import load_trained
 from sesame.tasks.compression.drop_layers import drop_layers, select_layers
 from sesame.tasks.evaluation import evaluate
 from sesame.tasks.runner import train
@@ -80,7 +80,7 @@ def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cf
     assert heads
     for k in heads:
         torch.testing.assert_close(student_sd[k], teacher_sd[k], rtol=0, atol=0)
-    metrics = evaluate(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++checkpoint={tmp_path / 's'}"), tmp_path / "eval")
+    metrics = evaluate(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++model={tmp_path / 's'}"), tmp_path / "eval")
     assert 0 <= metrics["val_accuracy" if task == "glue" else "val_f1"] <= 1
 
 

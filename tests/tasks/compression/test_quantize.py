@@ -10,7 +10,7 @@ from hydra.utils import get_class
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-from sesame.tasks.compression.checkpoints import load_trained
+from sesame.tasks.checkpoints import load_trained
 from sesame.tasks.compression.int8 import count_quantized_linear, is_quantized, quantize_module
 from sesame.tasks.compression.quantize import quantize_checkpoint
 from sesame.tasks.evaluation import evaluate
@@ -66,7 +66,7 @@ def test_a_quantized_checkpoint_evaluates_through_sesame_eval(make_cfg, glue_run
     assert report["quantized_linear_layers"] > 0 and report["float_linear_layers"] == 0
     module, cfg = load_trained(tmp_path / "int8")
     assert is_quantized(cfg) and count_quantized_linear(module)[1] == 0
-    got = evaluate(make_cfg("data.max_eval_examples=64", f"++checkpoint={tmp_path / 'int8'}"), tmp_path / "eval")
+    got = evaluate(make_cfg("data.max_eval_examples=64", f"++model={tmp_path / 'int8'}"), tmp_path / "eval")
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
     assert abs(got["val_accuracy"] - trained["val_accuracy"]) <= 0.1
     float_preds = (run / "val_SST-2.tsv").read_text().splitlines()
@@ -91,7 +91,7 @@ def test_quantized_ner_and_qa_checkpoints_evaluate_and_predict(make_cfg, tmp_pat
     overrides = (f"task={task}", "data.max_eval_examples=16")
     trained = train(make_cfg(*overrides), tmp_path / "run")
     quantize_checkpoint(tmp_path / "run", tmp_path / "int8")
-    got = evaluate(make_cfg(*overrides, f"++checkpoint={tmp_path / 'int8'}"), tmp_path / "eval")
+    got = evaluate(make_cfg(*overrides, f"++model={tmp_path / 'int8'}"), tmp_path / "eval")
     scale = 100 if task == "squad_v1" else 1  # SQuAD's F1 is in percent
     assert abs(got["val_f1"] - trained["val_f1"]) <= 0.2 * scale
     for name in files:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sesame.tasks.ner.data import read_conll
+from sesame.tasks.ner.readers import read_conll
 from sesame.tasks.ner.metrics import entity_scores
 from sesame.tasks.ner.module import NerModule, complete_sentences
 from sesame.tasks.runner import build_datamodule, config_with_data, train

@@ -1,4 +1,5 @@
-"""Fixtures for the SQuAD tests: the real MiniLM tokenizer, tmp-file writers and real dev questions."""
+"""Fixtures for the SQuAD tests: the real MiniLM tokenizer, tmp-file writers, real dev questions and
+data settings from the shipped preset."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
 SHARED = Path(os.environ.get("SESAME_DATA_DIR", Path(__file__).resolve().parents[3].parent / "shared" / "data"))
 DEV_V1 = SHARED / "squad_v1.1" / "dev-v1.1.json"
 DEV_V2 = SHARED / "squad_v2.0" / "dev-v2.0.first5articles.json"
+SLICE_PRESET = Path(__file__).resolve().parents[3] / "conf" / "data" / "squad_v1_slice.yaml"
+
+CTX = "Marie Curie won the Nobel Prize in Physics in 1903 and in Chemistry in 1911."
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +40,17 @@ def qa(qid: str, question: str, context: str, *answers: str, impossible: bool | 
     if impossible is not None:
         item["is_impossible"] = impossible
     return item
+
+
+def squad_settings(**data):
+    """``SquadDataSettings`` of conf/data/squad_v1_slice.yaml without its files, ``data`` on top."""
+    from omegaconf import OmegaConf
+
+    from sesame.tasks.qa.data import SquadDataSettings
+
+    preset = OmegaConf.load(SLICE_PRESET)
+    no_files = {"train_file": None, "validation_file": None, "test_file": None}
+    return SquadDataSettings.from_config(OmegaConf.merge(preset, no_files, data))
 
 
 @pytest.fixture

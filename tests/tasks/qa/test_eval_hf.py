@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sesame.heads.span_decode import decode_predictions
 from sesame.tasks.evaluation import evaluate
-from sesame.tasks.qa.data import read_squad
 from sesame.tasks.qa.module import SquadModule
+from sesame.tasks.qa.predictions import decode_predictions
+from sesame.tasks.qa.readers import read_squad
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_hf_qa_folder_evaluates_with_transformers_logits(make_cfg, hf_qa_dir, tm
         return start, end
 
     monkeypatch.setattr(SquadModule, "forward", recording_forward)
-    cfg = make_cfg("task=squad_v1", f"++checkpoint={hf_qa_dir}", "data.max_eval_examples=20")
+    cfg = make_cfg("task=squad_v1", f"++model={hf_qa_dir}", "data.max_eval_examples=20")
     metrics = evaluate(cfg, tmp_path / "eval")
 
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == metrics

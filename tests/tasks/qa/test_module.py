@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 
@@ -110,7 +112,7 @@ def test_squad_v2_null_odds_and_scores(make_cfg, tmp_path, capsys):
     module = SquadModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt")
     assert module.head.allow_null
     median = sorted(odds.values())[len(odds) // 2]
-    module.null_score_diff_threshold = median
+    module.decoding = dataclasses.replace(module.decoding, null_score_diff_threshold=median)
     module.output_dir = tmp_path / "rethresholded"
     module.output_dir.mkdir()
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
@@ -125,9 +127,9 @@ def test_squad_v2_null_odds_and_scores(make_cfg, tmp_path, capsys):
 
 def test_evaluation_needs_the_datamodule(make_cfg):
     module = SquadModule(make_cfg("task=squad_v1", "data=squad_v1_slice"))
-    module._outputs.append((torch.tensor([0]), torch.tensor([0]), torch.zeros(1, 4), torch.zeros(1, 4),
-                            torch.full((1, 4, 2), -1, dtype=torch.int32)))
-    with pytest.raises(ValueError, match="needs its SquadDataModule"):
+    module._eval_rows["val"] = [{"feature_index": np.array([0]), "example_index": np.array([0]), "start": np.zeros((1, 4)),
+                                 "end": np.zeros((1, 4)), "offsets": np.full((1, 4, 2), -1, dtype=np.int32)}]
+    with pytest.raises(RuntimeError, match="needs its data module"):
         module.on_validation_epoch_end()
 
 
