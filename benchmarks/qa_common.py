@@ -137,7 +137,7 @@ class SesameQA:
         from hydra import compose, initialize_config_module
         from hydra.core.global_hydra import GlobalHydra
 
-        from sesame.tasks.encoder import load_tokenizer
+        from sesame.tasks.encoder import EncoderSettings, load_tokenizer
         from sesame.tasks.resolvers import register_resolvers
         from sesame.tasks.qa.module import SquadModule
 
@@ -151,7 +151,7 @@ class SesameQA:
         ]
         with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
             self.cfg = compose(config_name="config", overrides=overrides)
-        self.tokenizer = load_tokenizer(self.cfg.encoder)
+        self.tokenizer = load_tokenizer(EncoderSettings.from_config(self.cfg.encoder))
         self.module = SquadModule(self.cfg)
         self.module.load_hf_head(folder)
         self.module.eval()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from sesame.tasks.errors import ConfigError, MissingFileError
+
 IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.")
 
 
@@ -44,7 +46,7 @@ def read_jobs(sweep_dir: str | Path) -> list[tuple[Path, list[str], dict[str, fl
         overrides = yaml.safe_load(overrides_file.read_text()) or []
         jobs.append((job, overrides, json.loads(metrics_file.read_text())))
     if not jobs:
-        raise FileNotFoundError(f"{sweep_dir}: no finished jobs (no */.hydra/overrides.yaml with a metrics.json)")
+        raise MissingFileError(f"{sweep_dir}: no finished jobs (no */.hydra/overrides.yaml with a metrics.json)")
     return jobs
 
 
@@ -61,12 +63,12 @@ def main_metric(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: st
     keys = set().union(*(m.keys() for _, _, m in jobs))
     if metric:
         if metric not in keys:
-            raise ValueError(f"--metric {metric}: not in the jobs' metrics.json; they have {sorted(keys)}")
+            raise ConfigError(f"--metric {metric}: not in the jobs' metrics.json; they have {sorted(keys)}")
         return metric
     names = {job_main_metric(job) for job, _, _ in jobs} - {None}
     if len(names) == 1 and (name := names.pop()) in keys:
         return name
-    raise ValueError(f"no single task.main_metric in the jobs' config.yaml ({sorted(names) or 'none'}) among "
+    raise ConfigError(f"no single task.main_metric in the jobs' config.yaml ({sorted(names) or 'none'}) among "
                      f"their metrics {sorted(keys)}; pass --metric")
 
 

@@ -1,10 +1,12 @@
 """Shared fixtures: a tiny random BERT (a few thousand parameters) with a real WordPiece tokenizer,
-and the real Hydra config composed with overrides."""
+and the real Hydra config composed with overrides; helpers for optional packages and GLUE prediction files."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
+from types import ModuleType
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -21,6 +23,34 @@ from sesame.tasks.paths import shipped_path
 from sesame.tasks.resolvers import register_resolvers
 
 register_resolvers()
+
+
+def require(module: str) -> ModuleType:
+    """Import an optional package (an extra of pyproject.toml) for a test.
+
+    Locally a missing package skips the test (``pytest.importorskip``); in CI (``CI`` set), where
+    every extra is installed, it fails the test instead, so an extra that stopped installing is seen.
+    """
+    if os.environ.get("CI"):
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
+SST2_DEV = Path(shipped_path("glue/sst2/dev.tsv"))
+
+
+def tsv_labels(path: Path = SST2_DEV) -> list[str]:
+    """The last column (the label) of every row of a GLUE TSV with a header, read without sesame."""
+    rows = path.read_text(encoding="utf-8").splitlines()[1:]
+    return [row.split("\t")[-1].strip() for row in rows if row.strip()]
+
+
+def prediction_accuracy(predictions: Path, gold: Path = SST2_DEV) -> float:
+    """Accuracy of a GLUE prediction file (``index<TAB>prediction``, index = data row) against ``gold``."""
+    labels = tsv_labels(gold)
+    rows = [line.split("\t") for line in predictions.read_text(encoding="utf-8").splitlines()[1:]]
+    assert rows, f"{predictions} holds no predictions"
+    return sum(pred == labels[int(index)] for index, pred in rows) / len(rows)
 
 
 def _corpus() -> list[str]:

@@ -24,7 +24,8 @@ from transformers import AutoModel, PreTrainedModel
 from sesame.tasks.atomic_files import write_json_atomic
 from sesame.tasks.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
 from sesame.tasks.compression.int8 import is_quantized
-from sesame.tasks.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
+from sesame.tasks.encoder import EncoderSettings, find_layer_stack, load_tokenizer, resolve_name_or_path
+from sesame.tasks.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +45,21 @@ def select_layers(num_layers: int, keep: str, num_keep: int | None = None) -> li
     if keep == "every_other":
         layers = list(range(num_layers - 1, -1, -2))[::-1]
         if num_keep is not None and num_keep != len(layers):
-            raise ValueError(f"--keep every_other keeps {len(layers)} of {num_layers} layers, not {num_keep}; "
+            raise ConfigError(f"--keep every_other keeps {len(layers)} of {num_layers} layers, not {num_keep}; "
                              "use --keep bottom/top or explicit indices for another count")
     elif keep in ("bottom", "top"):
         if num_keep is None or not 1 <= num_keep <= num_layers:
-            raise ValueError(f"--keep {keep} needs --num-layers between 1 and {num_layers}")
+            raise ConfigError(f"--keep {keep} needs --num-layers between 1 and {num_layers}")
         layers = list(range(num_keep)) if keep == "bottom" else list(range(num_layers - num_keep, num_layers))
     else:
         try:
             layers = sorted({int(part) for part in keep.split(",") if part.strip()})
         except ValueError:
-            raise ValueError(f"--keep {keep!r}: use one of {', '.join(KEEP_CHOICES)} or layer indices like 0,2,4") from None
+            raise ConfigError(f"--keep {keep!r}: use one of {', '.join(KEEP_CHOICES)} or layer indices like 0,2,4") from None
         if not layers or layers[0] < 0 or layers[-1] >= num_layers:
-            raise ValueError(f"--keep {keep!r}: layer indices must lie in 0..{num_layers - 1}")
+            raise ConfigError(f"--keep {keep!r}: layer indices must lie in 0..{num_layers - 1}")
         if num_keep is not None and num_keep != len(layers):
-            raise ValueError(f"--keep {keep!r} names {len(layers)} layers, but --num-layers is {num_keep}")
+            raise ConfigError(f"--keep {keep!r} names {len(layers)} layers, but --num-layers is {num_keep}")
     return layers
 
 
@@ -91,7 +92,7 @@ def drop_model_layers(model: PreTrainedModel, layers: list[int]) -> PreTrainedMo
     stack, _ = find_layer_stack(model, num_layers)
     missing, unexpected = student.load_state_dict(renumber_layers(model.state_dict(), stack, layers), strict=False)
     if missing or unexpected:
-        raise ValueError(f"the renumbered weights do not fit a {len(layers)}-layer {type(model).__name__}: "
+        raise ConfigError(f"the renumbered weights do not fit a {len(layers)}-layer {type(model).__name__}: "
                          f"missing {missing[:5]}, unexpected {unexpected[:5]}")
     return student.eval()
 
@@ -115,8 +116,8 @@ def drop_layers(
     else:
         teacher, cfg = load_trained(source)
         if is_quantized(cfg):
-            raise ValueError(f"{source} is quantised; drop layers from the float checkpoint")
-        model, tokenizer = teacher.encoder.model, load_tokenizer(cfg["encoder"])
+            raise ConfigError(f"{source} is quantised; drop layers from the float checkpoint")
+        model, tokenizer = teacher.encoder.model, load_tokenizer(EncoderSettings.from_config(cfg["encoder"]))
     layers = select_layers(int(model.config.num_hidden_layers), keep, num_keep)
     student = drop_model_layers(model, layers)
     student.save_pretrained(encoder_dir)
@@ -145,7 +146,7 @@ def _write_student_checkpoint(
     head = {k: v for k, v in teacher.state_dict().items() if not k.startswith("encoder.")}
     misfit = sorted(k for k, v in head.items() if k not in own or own[k].shape != v.shape)
     if misfit:
-        raise ValueError(f"the teacher's head does not fit the {len(layers)}-layer student ({', '.join(misfit[:5])}): "
+        raise ConfigError(f"the teacher's head does not fit the {len(layers)}-layer student ({', '.join(misfit[:5])}): "
                          "a fusion over the teacher's layers (e.g. fusion=scalar_mix) has no counterpart; "
                          "use --encoder-only and train the student's head")
     student.load_state_dict({**own, **head})

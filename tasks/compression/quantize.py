@@ -20,6 +20,7 @@ from sesame.tasks.checkpoints import (
     state_dict_bytes,
 )
 from sesame.tasks.compression.int8 import count_quantized_linear, is_quantized, quantize_module
+from sesame.tasks.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def quantize_checkpoint(source: str | Path, output_dir: str | Path) -> dict[str,
     ckpt_path, checkpoint = read_checkpoint(source)
     cfg = checkpoint_config(checkpoint)
     if is_quantized(cfg):
-        raise ValueError(f"{ckpt_path} is already quantised")
+        raise ConfigError(f"{ckpt_path} is already quantised")
     module = build_module(cfg, checkpoint["state_dict"])
     float_bytes = state_dict_bytes(module)
     quantize_module(module)

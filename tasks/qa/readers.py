@@ -17,7 +17,7 @@ from typing import Any
 
 import datasets
 
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.errors import ConfigError, DataError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def report_problems(report: LoadReport, on_bad_example: str, what: str) -> None:
 def _read_articles(path: Path) -> list[dict]:
     """The ``data`` list of a SQuAD JSON file, via ``datasets``; precise errors on failure."""
     if not path.is_file():
-        raise FileNotFoundError(f"SQuAD file not found: {path}. Fix: point data.train_file / data.validation_file at it")
+        raise MissingFileError(f"SQuAD file not found: {path}. Fix: point data.train_file / data.validation_file at it")
     try:
         ds = datasets.load_dataset("json", data_files=str(path), field="data", split="train")
         return ds.to_list()

@@ -4,9 +4,10 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from sesame.tasks.distributed import gather_by_index
+from sesame.tasks.distributed import gather_rows
 from sesame.tasks.runner import train
 
 
@@ -37,17 +38,20 @@ def test_ddp_on_two_processes_gives_the_single_process_metrics(make_cfg, tiny_be
     assert (tmp_path / "two" / predictions).read_text() == (tmp_path / "one" / predictions).read_text()
 
 
-def test_gather_without_a_process_group_is_the_identity():
-    assert gather_by_index({2: "b", 0: "a"}) == {0: "a", 2: "b"}
+def test_gather_without_a_process_group_sorts_by_key():
+    rows = {"index": np.array([2, 0]), "prediction": np.array(["b", "a"])}
+    got = gather_rows(rows, key=("index",))
+    assert got["index"].tolist() == [0, 2] and got["prediction"].tolist() == ["a", "b"]
 
 
-def test_gather_rows_drops_repeated_keys(monkeypatch):
-    import numpy as np
-
+def test_gather_rows_drops_repeated_keys_and_pads_per_token_columns(monkeypatch):
     from sesame.tasks import distributed
 
-    rank0 = (np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([5, 6, 7]))
-    rank1 = (np.array([2, 0]), np.array([0, 0]), np.array([8, 5]))  # (0, 0) is padding: a repeat
+    # rank 1 repeats (0, 0), as a distributed sampler pads the last rank with the first examples;
+    # its logits are 3 wide where rank 0's are 2 wide (batches padded to their own length)
+    rank0 = {"example": np.array([0, 0, 1]), "word": np.array([0, 1, 0]), "logits": np.ones((3, 2))}
+    rank1 = {"example": np.array([2, 0]), "word": np.array([0, 0]), "logits": np.full((2, 3), 2.0)}
     monkeypatch.setattr(distributed, "gather_objects", lambda obj: [rank0, rank1])
-    example, word, pred = distributed.gather_rows(*rank0, key_columns=2)
-    assert sorted(zip(example.tolist(), word.tolist(), pred.tolist())) == [(0, 0, 5), (0, 1, 6), (1, 0, 7), (2, 0, 8)]
+    got = distributed.gather_rows(rank0, key=("example", "word"), pad_values={"logits": -1.0})
+    assert list(zip(got["example"].tolist(), got["word"].tolist())) == [(0, 0), (0, 1), (1, 0), (2, 0)]
+    assert got["logits"].tolist() == [[1, 1, -1], [1, 1, -1], [1, 1, -1], [2, 2, 2]]  # (0, 0) from rank 0

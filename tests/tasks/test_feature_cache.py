@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sesame.tasks.cli.cache import main as cache_main
-from sesame.tasks.encoder import Encoder
+from sesame.tasks.encoder import Encoder, EncoderSettings
 from sesame.tasks.feature_cache import build_or_open, entry_is_complete, list_entries
 from sesame.tasks.runner import build_datamodule, train
 
@@ -33,7 +33,7 @@ def _encoder_and_loaders(make_cfg, cache_dir, *extra):
     cfg = _frozen(make_cfg, cache_dir, *extra)
     dm = build_datamodule(cfg)
     dm.setup("fit")
-    return Encoder.from_config(cfg.encoder), [dm.train_dataloader(), dm.val_dataloader()]
+    return Encoder.from_settings(EncoderSettings.from_config(cfg.encoder)), [dm.train_dataloader(), dm.val_dataloader()]
 
 
 def test_lookup_gives_the_encoder_output(make_cfg, tmp_path):

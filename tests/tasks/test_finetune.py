@@ -4,6 +4,7 @@ import lightning as L
 import pytest
 import torch
 
+from sesame.tasks.errors import ConfigError
 from sesame.tasks.finetune import FinetuneSettings, parameter_groups
 from sesame.tasks.glue.module import SentenceClassificationModule
 from sesame.tasks.runner import build_datamodule, config_with_data
@@ -67,8 +68,12 @@ def test_no_decay_for_biases_and_norms():
     assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
 
 
-def test_bad_settings_are_named():
-    with pytest.raises(ValueError, match="finetune.mode"):
-        FinetuneSettings(mode="partial")
-    with pytest.raises(ValueError, match="top_k"):
-        FinetuneSettings(mode="top_k", top_k=0)
+def test_bad_settings_are_named(make_cfg):
+    with pytest.raises(ConfigError, match="finetune.mode"):
+        FinetuneSettings.from_config(make_cfg("finetune.mode=partial").finetune)
+    with pytest.raises(ConfigError, match="top_k"):
+        FinetuneSettings.from_config(make_cfg("finetune=top_k", "finetune.top_k=0").finetune)
+    with pytest.raises(ConfigError, match=r"finetune\.lr\b"):  # a misspelt key is named, not ignored
+        FinetuneSettings.from_config(make_cfg("+finetune.lr=1e-3").finetune)
+    with pytest.raises(ConfigError, match="finetune.head_lr"):  # defaults live in conf/ only
+        FinetuneSettings.from_config({k: v for k, v in make_cfg().finetune.items() if k != "head_lr"})

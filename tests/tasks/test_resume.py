@@ -30,7 +30,7 @@ KILLED_RUN = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
 
     build = runner.build_trainer
-    runner.build_trainer = lambda cfg, run_dir, monitor, extra_callbacks=None: build(cfg, run_dir, monitor, [KillAt()])
+    runner.build_trainer = lambda cfg, run_dir, monitor, extra_callbacks=None, **kw: build(cfg, run_dir, monitor, [KillAt()], **kw)
     register_resolvers()
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=sys.argv[2:])
