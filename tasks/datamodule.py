@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import lightning as L
@@ -14,19 +15,47 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import make_loader
+from sesame.tasks.errors import ConfigError
 from sesame.tasks.settings import Settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSettings(Settings):
+    """What every task's ``cfg.data`` has: its files and how its batches are made. Each task's
+    settings class (``tasks/<task>/data.py``) adds its own keys."""
+
+    group: ClassVar[str] = "data"
+    train_file: str | None
+    validation_file: str | None
+    test_file: str | None
+    max_seq_length: int  # tokens per example or window
+    batch_size: int
+    eval_batch_size: int
+    max_train_examples: int | None  # the first N (null = all)
+    max_eval_examples: int | None
+    num_workers: int
+
+    def __post_init__(self) -> None:
+        for key in ("max_seq_length", "batch_size", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key}={getattr(self, key)}: must be at least 1")
+        for key in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{key}={value}: use a positive number, or null for all examples")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers={self.num_workers}: use 0 (load in the main process) or more")
 
 
 class SplitDataModule(L.LightningDataModule):
     """A data module whose splits are ``train``, ``validation`` and ``test``.
 
-    Subclasses set ``settings_class`` (the typed ``cfg.data``, which must have ``batch_size``,
-    ``eval_batch_size`` and ``num_workers``) and ``self.collator``, and implement ``dataset(split)``
+    Subclasses set ``settings_class`` (a :class:`DataSettings`) and ``self.collator``, and implement ``dataset(split)``
     and ``has_split(split)``. ``resume_at`` is set by
     ``tasks/checkpoint_callbacks.py`` ``TrainingResumeCallback`` when a run resumes mid-epoch.
     """
 
-    settings_class: ClassVar[type[Settings]]
+    settings_class: ClassVar[type[DataSettings]]
     resume_at: tuple[int, int] | None = None
 
     def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:

@@ -11,61 +11,40 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import datasets
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.datamodule import SplitDataModule
+from sesame.tasks.datamodule import DataSettings, SplitDataModule
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.glue.readers import encode_labels, read_glue_tsv, read_table
 from sesame.tasks.glue.specs import REGRESSION_METRICS, GlueTaskSpec, glue_spec
-from sesame.tasks.settings import Settings
 
 # Evaluation splits and the data keys naming their files; MNLI also has a mismatched dev set.
 EVAL_SPLITS = (("validation", "validation_file"), ("validation_mismatched", "validation_mismatched_file"), ("test", "test_file"))
 
 
-@dataclass(frozen=True)
-class GlueDataSettings(Settings):
+@dataclass(frozen=True, kw_only=True)
+class GlueDataSettings(DataSettings):
     """``cfg.data`` for ``task=glue`` (``conf/data/sst2_slice.yaml`` and the presets built on it)."""
 
-    group = "data"
     task_name: str
-    train_file: str | None
-    validation_file: str | None
-    test_file: str | None
     validation_mismatched_file: str | None  # MNLI only
     label_names: tuple[str, ...] | None  # null: the GLUE task's own
-    max_seq_length: int
-    batch_size: int
-    eval_batch_size: int
-    max_train_examples: int | None
-    max_eval_examples: int | None
-    num_workers: int
 
 
-@dataclass(frozen=True)
-class TableDataSettings(Settings):
+@dataclass(frozen=True, kw_only=True)
+class TableDataSettings(DataSettings):
     """``cfg.data`` for ``task=text_classification`` (``conf/data/table.yaml``)."""
 
-    group = "data"
-    train_file: str | None
-    validation_file: str | None
-    test_file: str | None
     text_column: str
     text_pair_column: str | None
     label_column: str
     label_names: tuple[str, ...] | None  # null: the sorted label values of the training file
     regression: bool
     metrics: tuple[str, ...]  # the first is the main metric (task.main_metric)
-    max_seq_length: int
-    batch_size: int
-    eval_batch_size: int
-    max_train_examples: int | None
-    max_eval_examples: int | None
-    num_workers: int
 
 
 class SentenceDataModule(SplitDataModule):
@@ -137,7 +116,7 @@ class SentenceDataModule(SplitDataModule):
 class GlueDataModule(SentenceDataModule):
     """A GLUE task's TSVs (``data.task_name``), read with quoting off (``tasks/glue/readers.py``)."""
 
-    settings_class: ClassVar[type[Settings]] = GlueDataSettings
+    settings_class = GlueDataSettings
 
     @classmethod
     def task_spec(cls, settings: GlueDataSettings) -> GlueTaskSpec:
@@ -153,7 +132,7 @@ class GlueDataModule(SentenceDataModule):
 class TableDataModule(SentenceDataModule):
     """Any CSV / TSV / JSON-lines file with a text column, an optional pair column and a label column."""
 
-    settings_class: ClassVar[type[Settings]] = TableDataSettings
+    settings_class = TableDataSettings
 
     @classmethod
     def task_spec(cls, settings: TableDataSettings) -> GlueTaskSpec:

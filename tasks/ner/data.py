@@ -10,45 +10,34 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import datasets
 from transformers import PreTrainedTokenizerBase
 
 from sesame.heads.masking import IGNORE_INDEX
 from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.datamodule import SplitDataModule
+from sesame.tasks.datamodule import DataSettings, SplitDataModule
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import FORMATS, NerExamples, check_tag, read_examples
 from sesame.tasks.ner.tags import TAG_SCHEMES, apply_tag_scheme, build_tag_set, encode_tags
 from sesame.tasks.ner.windows import tokenize_examples
-from sesame.tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class NerDataSettings(Settings):
-    """``cfg.data`` for ``task=ner``; the keys and their defaults are in ``conf/data/wnut17_slice.yaml``."""
+@dataclass(frozen=True, kw_only=True)
+class NerDataSettings(DataSettings):
+    """``cfg.data`` for ``task=ner``; the keys and their values are in ``conf/data/wnut17_slice.yaml``."""
 
-    group: ClassVar[str] = "data"
-
-    train_file: str | None
-    validation_file: str | None
     format: str
     tag_column: int
     tag_scheme: str
-    max_seq_length: int
     label_all_subwords: bool
-    batch_size: int
-    eval_batch_size: int
-    max_train_examples: int | None
-    max_eval_examples: int | None
-    num_workers: int
-    test_file: str | None = None
-    tag_names: tuple[str, ...] | None = None  # None: from the training data (filled in for the checkpoint)
+    tag_names: tuple[str, ...] | None  # null: from the training data (filled in for the checkpoint)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.format not in FORMATS:
             raise ConfigError(f"data.format={self.format!r} is not one of {', '.join(FORMATS)}")
         if self.tag_scheme not in TAG_SCHEMES:
@@ -75,7 +64,7 @@ class NerDataModule(SplitDataModule):
     files) and ``splits[split]`` (tokenised windows) for ``train`` / ``validation`` / ``test``.
     """
 
-    settings_class: ClassVar[type[Settings]] = NerDataSettings
+    settings_class = NerDataSettings
     settings: NerDataSettings
 
     def __init__(self, settings: NerDataSettings, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:

@@ -13,39 +13,26 @@ from typing import ClassVar
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.datamodule import SplitDataModule
+from sesame.tasks.datamodule import DataSettings, SplitDataModule
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.qa.readers import LoadReport, check_bad_example_mode, read_squad, report_problems
 from sesame.tasks.qa.windows import WindowDataset, check_question_lengths, encode_windows, window_collator
-from sesame.tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
-class SquadDataSettings(Settings):
+class SquadDataSettings(DataSettings):
     """``cfg.data`` of the SQuAD tasks; the keys of ``conf/data/squad_v1_slice.yaml``, described there.
-
-    The three files and the two example limits are optional (null = no such split / all questions).
     """
 
-    group: ClassVar[str] = "data"
-
-    train_file: str | None = None
-    validation_file: str | None = None
-    test_file: str | None = None
     version_2_with_negative: bool
-    max_seq_length: int
     doc_stride: int
-    batch_size: int
-    eval_batch_size: int
-    max_train_examples: int | None = None
-    max_eval_examples: int | None = None
-    num_workers: int
     on_bad_example: str
     drop_train_overlap: bool
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_bad_example_mode(self.on_bad_example)
 
 

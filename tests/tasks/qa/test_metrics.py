@@ -204,7 +204,7 @@ def _official_v2(dataset, preds, na_probs, na_prob_thresh=1.0):
 
 
 def _varied_predictions(data: dict, seed: int) -> tuple[dict[str, str], dict[str, float]]:
-    """Per question one of: a gold answer (first or last), the gold with an article and punctuation
+    """Per question one of: a gold answer (first or last), the gold with an article or punctuation
     around it, its first or last word, the gold plus context words, words of the context, a wrong
     string, or no answer; and a no-answer probability on a coarse grid (so there are ties)."""
     rng = random.Random(seed)
@@ -216,8 +216,9 @@ def _varied_predictions(data: dict, seed: int) -> tuple[dict[str, str], dict[str
                 answers = [a["text"] for a in qa["answers"]] or [a["text"] for a in qa.get("plausible_answers", [])]
                 gold = rng.choice(answers) if answers else "nothing"
                 start = rng.randrange(len(context_words))
+                decorated = rng.choice(["The ", "An ", "a ", "(", "an-"]) + gold + rng.choice([".", "!", " -", ")", "'s", ""])
                 preds[qa["id"]] = rng.choice([
-                    gold, answers[-1] if answers else gold, f"The {gold}.", gold.split()[0], gold.split()[-1],
+                    gold, answers[-1] if answers else gold, decorated, gold.split()[0], gold.split()[-1],
                     f"{gold} {' '.join(context_words[start:start + 2])}", " ".join(context_words[start:start + 4]),
                     "the answer", "",
                 ])
