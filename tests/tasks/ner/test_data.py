@@ -36,12 +36,6 @@ def datamodule(make_cfg: Callable, tokenizer) -> Callable[..., NerDataModule]:
     return build
 
 
-def _write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def test_settings_from_the_preset(make_cfg: Callable, tokenizer) -> None:
     cfg = make_cfg("task=ner", "data.tag_names=[O,B-X,I-X]")
     s = NerDataSettings.from_config(cfg.data)
@@ -64,9 +58,9 @@ def test_bad_data_settings_are_config_errors(datamodule, override: str, match: s
         datamodule(override)
 
 
-def test_unknown_dev_tag(tmp_path: Path, datamodule) -> None:
-    train = _write(tmp_path, "train.conll", "Bob\tB-PER\nsays\tO\n")
-    dev = _write(tmp_path, "dev.conll", "Hi\tO\n\nParis\tO\nrocks\tB-LOC\n")
+def test_unknown_dev_tag(datamodule, write_file) -> None:
+    train = write_file("train.conll", "Bob\tB-PER\nsays\tO\n")
+    dev = write_file("dev.conll", "Hi\tO\n\nParis\tO\nrocks\tB-LOC\n")
     dm = datamodule(f"data.train_file={train}", f"data.validation_file={dev}")
     with pytest.raises(DataError, match=r"dev.conll:4: tag 'B-LOC' in the validation file is not in the training"):
         dm.setup("fit")
@@ -113,8 +107,8 @@ def test_datamodule_on_shipped_wnut(datamodule, tokenizer) -> None:
     assert all(a.tolist() == b.tolist() for a, b in zip(stitched, gold))
 
 
-def test_given_tag_names_take_precedence(datamodule, tmp_path: Path) -> None:
-    train = _write(tmp_path, "train.conll", "Bob\tB-PER\n")
+def test_given_tag_names_take_precedence(datamodule, write_file) -> None:
+    train = write_file("train.conll", "Bob\tB-PER\n")
     names = ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
     dm = datamodule(f"data.train_file={train}", "data.validation_file=null", f"data.tag_names=[{','.join(names)}]")
     dm.setup("fit")

@@ -16,12 +16,6 @@ from sesame.tasks.paths import shipped_path
 WNUT_TRAIN_SLICE = Path(shipped_path("wnut17/train.1k.conll"))
 
 
-def _write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def test_read_conll_wnut_slice() -> None:
     ex = read_conll(WNUT_TRAIN_SLICE)
     assert len(ex) == 1000  # data/SOURCES.md: the first 1,000 sentences
@@ -33,7 +27,7 @@ def test_read_conll_wnut_slice() -> None:
     assert {n[2:] for n in names[1:]} == {"corporation", "creative-work", "group", "location", "person", "product"}
 
 
-def test_read_conll_columns_docstart_and_whitespace_separators(tmp_path: Path) -> None:
+def test_read_conll_columns_docstart_and_whitespace_separators(tmp_path: Path, write_file) -> None:
     text = (
         "-DOCSTART- -X- -X- O\n\n"
         "EU NNP I-NP I-ORG\nrejects VBZ I-VP O\n \n"  # a whitespace-only line ends a sentence
@@ -41,28 +35,28 @@ def test_read_conll_columns_docstart_and_whitespace_separators(tmp_path: Path) -
         "-DOCSTART- -X- -X- O\n"
         "BRUSSELS NNP I-NP I-LOC\n"
     )
-    ex = read_conll(_write(tmp_path, "a.conll", text))
+    ex = read_conll(write_file("a.conll", text))
     assert ex.tokens == [["EU", "rejects"], ["Peter", "Blackburn"], ["BRUSSELS"]]
     assert ex.tags == [["I-ORG", "O"], ["I-PER", "I-PER"], ["I-LOC"]]
     assert ex.lines == [3, 6, 11]
     assert ex.where(1, 1) == f"{tmp_path / 'a.conll'}:7"
-    chunk = read_conll(_write(tmp_path, "b.conll", text), tag_column=2)
+    chunk = read_conll(write_file("b.conll", text), tag_column=2)
     assert chunk.tags[0] == ["I-NP", "I-VP"]
 
 
-def test_tab_separated_tokens_may_contain_spaces(tmp_path: Path) -> None:
-    ex = read_conll(_write(tmp_path, "t.conll", "New York\tB-LOC\nis\tO\n"))
+def test_tab_separated_tokens_may_contain_spaces(write_file) -> None:
+    ex = read_conll(write_file("t.conll", "New York\tB-LOC\nis\tO\n"))
     assert ex.tokens == [["New York", "is"]] and ex.tags == [["B-LOC", "O"]]
 
 
-def test_read_jsonl_and_format_detection(tmp_path: Path) -> None:
+def test_read_jsonl_and_format_detection(write_file) -> None:
     rows = [{"tokens": ["Paris", "is", "nice"], "tags": ["B-LOC", "O", "O"]}, {"tokens": ["Bob"], "tags": ["B-PER"]}]
-    path = _write(tmp_path, "x.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    path = write_file("x.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
     ex = read_examples(path)
     assert ex.tokens == [r["tokens"] for r in rows] and ex.tags == [r["tags"] for r in rows]
     assert ex.lines == [1, 2]
     # auto detects JSON lines from the first character too, whatever the extension
-    ex2 = read_examples(_write(tmp_path, "x.txt", path.read_text()))
+    ex2 = read_examples(write_file("x.txt", path.read_text()))
     assert ex2.tokens == ex.tokens
     with pytest.raises(ConfigError, match=r"data.format='csv' is not one of auto, conll, jsonl"):
         read_examples(path, fmt="csv")
@@ -91,8 +85,8 @@ def test_check_tag() -> None:
         ("\n-DOCSTART- O\n\n", {}, r"no sentences"),
     ],
 )
-def test_bad_conll_errors_name_file_and_line(tmp_path: Path, text: str, kwargs: dict, match: str) -> None:
-    path = _write(tmp_path, "bad.conll", text)
+def test_bad_conll_errors_name_file_and_line(text: str, kwargs: dict, match: str, write_file) -> None:
+    path = write_file("bad.conll", text)
     with pytest.raises(DataError, match=match) as info:
         read_conll(path, **kwargs)
     assert str(path) in str(info.value)
@@ -108,15 +102,15 @@ def test_bad_conll_errors_name_file_and_line(tmp_path: Path, text: str, kwargs: 
         (['{"tokens": [], "tags": []}'], r":1: empty sentence"),
     ],
 )
-def test_bad_jsonl_errors(tmp_path: Path, lines: list[str], match: str) -> None:
-    path = _write(tmp_path, "bad.jsonl", "\n".join(lines) + "\n")
+def test_bad_jsonl_errors(lines: list[str], match: str, write_file) -> None:
+    path = write_file("bad.jsonl", "\n".join(lines) + "\n")
     with pytest.raises(DataError, match=match) as info:
         read_examples(path)
     assert str(path) in str(info.value)
 
 
-def test_missing_or_empty_file_names_the_setting(tmp_path: Path) -> None:
+def test_missing_or_empty_file_names_the_setting(tmp_path: Path, write_file) -> None:
     with pytest.raises(DataError, match="no such file.*data.validation_file"):
         read_examples(tmp_path / "nope.conll", key="validation_file")
     with pytest.raises(DataError, match=r"empty.*data.test_file"):
-        read_examples(_write(tmp_path, "empty.conll", ""), key="test_file")
+        read_examples(write_file("empty.conll", ""), key="test_file")

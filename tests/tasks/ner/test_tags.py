@@ -17,12 +17,6 @@ from sesame.tasks.paths import data_dir_path
 CONLL2003_TRAIN = Path(data_dir_path("conll2003/eng.train"))
 
 
-def _write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def test_iob1_to_bio2() -> None:
     iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "I-ORG", "B-ORG", "I-ORG"]
     assert is_iob1([iob1])
@@ -34,8 +28,8 @@ def test_iob1_to_bio2() -> None:
     assert get_entities(iob1) == get_entities(bio)
 
 
-def test_tag_scheme_settings(tmp_path: Path) -> None:
-    path = _write(tmp_path, "iob1.conll", "EU\tI-ORG\nrejects\tO\n\nPeter\tI-PER\n")
+def test_tag_scheme_settings(write_file) -> None:
+    path = write_file("iob1.conll", "EU\tI-ORG\nrejects\tO\n\nPeter\tI-PER\n")
     assert apply_tag_scheme(read_conll(path), "auto").tags == [["B-ORG", "O"], ["B-PER"]]
     assert apply_tag_scheme(read_conll(path), "iob1").tags == [["B-ORG", "O"], ["B-PER"]]
     assert apply_tag_scheme(read_conll(path), "bio").tags == [["I-ORG", "O"], ["I-PER"]]
@@ -43,14 +37,14 @@ def test_tag_scheme_settings(tmp_path: Path) -> None:
         apply_tag_scheme(read_conll(path), "bioes")
 
 
-def test_encode_tags_names_the_line_of_an_unknown_tag(tmp_path: Path) -> None:
-    ex = read_conll(_write(tmp_path, "dev.conll", "Hi\tO\n\nParis\tO\nrocks\tB-LOC\n"))
+def test_encode_tags_names_the_line_of_an_unknown_tag(write_file) -> None:
+    ex = read_conll(write_file("dev.conll", "Hi\tO\n\nParis\tO\nrocks\tB-LOC\n"))
     with pytest.raises(DataError, match=r"dev.conll:4: tag 'B-LOC' in the dev file is not in the training"):
         encode_tags(ex, ["O", "B-PER", "I-PER"], role="the dev")
     assert [t.tolist() for t in encode_tags(ex, ["O", "B-LOC", "I-LOC"])] == [[0], [0, 1]]
 
 
-def test_load_tag_names_needs_a_training_file_or_valid_names(tmp_path: Path) -> None:
+def test_load_tag_names_needs_a_training_file_or_valid_names(write_file) -> None:
     base = {
         "train_file": None, "validation_file": None, "format": "auto", "tag_column": -1, "tag_scheme": "auto",
         "max_seq_length": 16, "label_all_subwords": False, "batch_size": 2, "eval_batch_size": 2,
@@ -61,7 +55,7 @@ def test_load_tag_names_needs_a_training_file_or_valid_names(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match=r"data.tag_names: tag 'PER' is not BIO"):
         load_tag_names(NerDataSettings.from_config({**base, "tag_names": ["O", "PER"]}))
     assert load_tag_names(NerDataSettings.from_config({**base, "tag_names": ["O", "B-PER"]})) == ["O", "B-PER"]
-    train = _write(tmp_path, "iob1.conll", "EU\tI-ORG\nrejects\tO\n")  # converted to BIO2 before the set is built
+    train = write_file("iob1.conll", "EU\tI-ORG\nrejects\tO\n")  # converted to BIO2 before the set is built
     assert load_tag_names(NerDataSettings.from_config({**base, "train_file": str(train)})) == ["O", "B-ORG", "I-ORG"]
 
 
