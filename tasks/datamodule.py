@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import lightning as L
+import numpy as np
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
@@ -79,6 +80,11 @@ class SplitDataModule(L.LightningDataModule):
     def config_updates(self) -> dict[str, Any]:
         """What the module must learn from the data (label or tag sets), merged into the saved config."""
         return {}
+
+    def eval_units(self, split: str) -> np.ndarray:
+        """[R] for every row an evaluation of ``split`` yields (one per example, word or window), the
+        example it belongs to; the module scores an example only once all its rows were evaluated."""
+        raise NotImplementedError
 
     def example_lengths(self, split: str) -> list[int]:
         """Tokens per example of ``split``, for length-sorted evaluation batches."""

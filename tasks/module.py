@@ -10,12 +10,15 @@ saved as the checkpoint's hyper-parameters, so ``Module.load_from_checkpoint(pat
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -27,6 +30,8 @@ from sesame.tasks.encoder import Encoder, EncoderSettings, encoder_inputs
 from sesame.tasks.feature_cache import FeatureCache
 from sesame.tasks.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
 from sesame.tasks.settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: A distiller (``tasks/compression/distill.py``): ``(gold_loss, logits, batch, mask) -> (loss, kl)``.
 Distiller = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -74,6 +79,9 @@ class EncoderTaskModule(L.LightningModule):
 
     #: Columns of ``eval_rows`` that identify one prediction (repeats across ranks count once).
     eval_key: ClassVar[tuple[str, ...]] = ("index",)
+    #: The column of ``eval_rows`` naming the example (sentence, question, sentence pair) a row belongs
+    #: to: an example is scored only when all its rows were evaluated (``SplitDataModule.eval_units``).
+    eval_unit: ClassVar[str] = "index"
     #: Fill values for per-token eval columns padded to a common length (default 0).
     eval_pad_values: ClassVar[dict[str, Any]] = {}
 
@@ -96,6 +104,9 @@ class EncoderTaskModule(L.LightningModule):
         self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
         self.distiller: Distiller | None = None  # set by the runner when distill.teacher is set
         self._eval_rows: dict[str, list[Rows]] = {}
+        #: The metrics of the latest evaluation of each stage, exactly as computed (float64 values,
+        #: integer counts): what metrics.json holds, where Lightning's logged copies are float32.
+        self.evaluated: dict[str, float | int | None] = {}
         # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
         # without this, full fine-tuning would silently train with dropout off.
         self.train()
@@ -193,9 +204,30 @@ class EncoderTaskModule(L.LightningModule):
             return  # a few batches to catch crashes early: no metrics, no prediction files
         for stage, parts in collected.items():
             rows = gather_rows(concat_rows(parts, self.eval_pad_values), self.eval_key, self.eval_pad_values)
-            for name, value in self.score(stage, rows).items():
+            rows, scored, total = self._complete_examples(stage, rows)
+            metrics = self.score(stage, rows) if scored else {}
+            for name, value in metrics.items():
                 name = f"{stage}_{name}"
-                self.log(name, float(value), prog_bar=name == self.main_metric, sync_dist=False, rank_zero_only=False)
+                value = float(value)
+                self.evaluated[name] = value if math.isfinite(value) else None
+                self.log(name, value, prog_bar=name == self.main_metric, sync_dist=False, rank_zero_only=False)
+            self.evaluated[f"{stage}_examples_scored"] = scored
+            self.evaluated[f"{stage}_examples_total"] = total
+
+    def _complete_examples(self, stage: str, rows: Rows) -> tuple[Rows, int, int]:
+        """The rows of the examples all of whose rows were evaluated, and how many examples that is of
+        how many the split has. An evaluation cut short (``trainer.limit_val_batches``) sees only some
+        windows of a question or some words of a sentence; scoring those would be wrong."""
+        expected = np.bincount(np.asarray(self.split_data().eval_units(STAGE_SPLITS[stage]), dtype=np.int64))
+        units = rows[self.eval_unit].astype(np.int64)
+        seen = np.bincount(units, minlength=len(expected))
+        complete = (seen == expected) & (expected > 0)
+        scored, total = int(complete.sum()), int((expected > 0).sum())
+        if scored < total:
+            log.warning("%s: scoring %d of %d examples; the others were not (fully) evaluated "
+                        "(trainer.limit_val_batches / limit_test_batches?)", stage, scored, total)
+        keep = complete[units]
+        return {k: v[keep] for k, v in rows.items()}, scored, total
 
     def split_data(self) -> Any:
         """The data module attached to the trainer (its examples give contexts, sentences, gold answers)."""

@@ -180,7 +180,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
 
 def finish_run(module: EncoderTaskModule, metrics: dict[str, float], run_dir: Path) -> None:
-    """Let the module add what it learned (e.g. scalar-mix weights), then write ``metrics.json``."""
+    """Write ``metrics.json``: the evaluations' metrics as the module computed them (float64 values and
+    integer example counts; Lightning keeps float32 copies), losses as Lightning averaged them, and
+    what the module learned (e.g. scalar-mix weights)."""
+    metrics.update(module.evaluated)
     if hasattr(module, "final_metrics"):
         metrics.update(module.final_metrics())
     write_json_atomic(run_dir / "metrics.json", metrics)

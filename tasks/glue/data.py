@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import datasets
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import PaddingCollator
@@ -105,6 +106,9 @@ class SentenceDataModule(SplitDataModule):
 
     def has_split(self, split: str) -> bool:
         return split in self.splits
+
+    def eval_units(self, split: str) -> np.ndarray:
+        return np.asarray(self.dataset(split)["index"], dtype=np.int64)  # one row per example
 
     def val_dataloader(self) -> Any:
         """The dev set, and for MNLI the mismatched dev set as a second loader (dataloader_idx 1)."""

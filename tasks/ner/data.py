@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import datasets
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.heads.masking import IGNORE_INDEX
@@ -105,6 +106,11 @@ class NerDataModule(SplitDataModule):
 
     def has_split(self, split: str) -> bool:
         return split in self.splits
+
+    def eval_units(self, split: str) -> np.ndarray:
+        """One row per word: the sentence of each word."""
+        lengths = [len(t) for t in self.examples[split].tokens]
+        return np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
 
     def dataset(self, split: str) -> datasets.Dataset:
         if split not in self.splits:

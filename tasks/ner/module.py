@@ -75,6 +75,7 @@ class NerModule(EncoderTaskModule):
     """
 
     eval_key = ("example_index", "word_index")
+    eval_unit = "example_index"
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
         super().__init__(cfg)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import datasets
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.datamodule import DataSettings, SplitDataModule
@@ -68,6 +69,10 @@ class SquadDataModule(SplitDataModule):
 
     def has_split(self, split: str) -> bool:
         return bool(self._file(split))
+
+    def eval_units(self, split: str) -> np.ndarray:
+        """One row per window: the question of each window."""
+        return np.fromiter((w["example_index"] for w in self.windows(split).windows), dtype=np.int64)
 
     def setup(self, stage: str | None = None) -> None:
         # Evaluation splits first: the training split's overlap check reads their contexts.

@@ -43,6 +43,7 @@ class SquadModule(EncoderTaskModule):
     questions give the contexts and gold answers)."""
 
     eval_key = ("feature_index",)
+    eval_unit = "example_index"
     eval_pad_values = {"offsets": -1}
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
