@@ -4,10 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from sesame.tasks.evaluation import evaluate
 from sesame.tasks.runner import train
+from tests.conftest import SST2_DEV, prediction_accuracy
 
 
 def test_a_checkpoint_evaluates_to_the_metrics_of_its_run(make_cfg, tmp_path):
@@ -21,11 +23,31 @@ def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp
     from transformers import AutoTokenizer, BertForSequenceClassification
 
     torch.manual_seed(0)
-    BertForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=2).save_pretrained(tmp_path / "hf")
+    model = BertForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=2)
+    # Spread the classifier: with its small default init every sentence would get the same class.
+    torch.nn.init.normal_(model.classifier.weight, std=3.0)
+    model.save_pretrained(tmp_path / "hf")
     AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(tmp_path / "hf")
     got = evaluate(make_cfg("pooling=pooler", f"++model={tmp_path / 'hf'}"), tmp_path / "eval")
-    assert 0 <= got["val_accuracy"] <= 1
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
+
+    # The written predictions are transformers' own argmax over the evaluated sentences (trainer=debug:
+    # two batches of 128), and the accuracy is theirs against the dev labels.
+    written = dict(line.split("\t") for line in (tmp_path / "eval" / "val_SST-2.tsv").read_text().splitlines()[1:])
+    indices = sorted(map(int, written))
+    assert len(indices) == 256
+    sentences = [line.split("\t")[0] for line in SST2_DEV.read_text(encoding="utf-8").splitlines()[1:]]
+    hf = BertForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    want = []
+    with torch.no_grad():
+        for start in (0, 128):
+            texts = [sentences[i] for i in indices[start:start + 128]]
+            batch = tokenizer(texts, truncation=True, max_length=64, padding=True, return_tensors="pt")
+            want += hf(**batch).logits.argmax(-1).tolist()
+    assert [int(written[str(i)]) for i in indices] == want
+    assert 0 < sum(want) < 256  # both classes predicted: the check sees which
+    assert got["val_accuracy"] == pytest.approx(prediction_accuracy(tmp_path / "eval" / "val_SST-2.tsv"), rel=1e-6)
 
 
 def test_the_console_script_prints_the_run_folder_last(make_cfg, tmp_path, tiny_bert_dir):
