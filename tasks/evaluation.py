@@ -12,8 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from sesame.tasks.checkpoints import build_module, checkpoint_config, is_hf_model_folder, read_checkpoint
 from sesame.tasks.compression.int8 import QUANTIZED_TRAINER, is_quantized
+from sesame.tasks.encoder import check_tokenizer_fits
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.module import EncoderTaskModule
+from sesame.tasks.run_lock import run_folder_lock
 from sesame.tasks.runner import build_datamodule, build_trainer, config_with_data, finish_run, flat_metrics
 
 
@@ -40,8 +42,14 @@ def load_for_evaluation(cfg: DictConfig) -> tuple[EncoderTaskModule | None, Dict
 
 
 def evaluate(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+    """Validate / test the model ``cfg.model`` names; write metrics and predictions into ``run_dir``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with run_folder_lock(run_dir):
+        return _evaluate(cfg, run_dir)
+
+
+def _evaluate(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     module, cfg = load_for_evaluation(cfg)
     datamodule = build_datamodule(cfg)
     datamodule.setup("validate")
@@ -49,6 +57,7 @@ def evaluate(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         cfg = config_with_data(cfg, datamodule)
         module = build_module(cfg)
         module.load_hf_head(cfg.encoder.name_or_path)
+    check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
     trainer = build_trainer(cfg, run_dir, monitor=None)
     metrics: dict[str, float] = {}

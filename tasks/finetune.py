@@ -41,6 +41,15 @@ class FinetuneSettings(Settings):
             raise ConfigError(f"finetune.mode={self.mode!r} is not one of {', '.join(FINETUNE_MODES)}")
         if self.mode == "top_k" and self.top_k < 1:
             raise ConfigError("finetune.mode=top_k needs finetune.top_k >= 1 (how many top layers train)")
+        positive = ["head_lr", "adam_epsilon"] + ([] if self.mode == "frozen" else ["encoder_lr"])
+        for key in positive:
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"finetune.{key}={getattr(self, key)}: must be positive"
+                                  + (" (the encoder trains with finetune.mode=" + self.mode + ")" if key == "encoder_lr" else ""))
+        if self.weight_decay < 0:
+            raise ConfigError(f"finetune.weight_decay={self.weight_decay}: must be 0 or more")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"finetune.warmup_ratio={self.warmup_ratio}: the share of steps spent warming up, in [0, 1)")
 
 
 def apply_finetune_mode(encoder: Encoder, settings: FinetuneSettings) -> list[nn.Module]:

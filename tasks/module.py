@@ -29,6 +29,7 @@ from sesame.tasks.distributed import Rows, concat_rows, gather_rows
 from sesame.tasks.encoder import Encoder, EncoderSettings, encoder_inputs
 from sesame.tasks.feature_cache import FeatureCache
 from sesame.tasks.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
+from sesame.tasks.errors import settings_check
 from sesame.tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,11 @@ class EncoderTaskModule(L.LightningModule):
         self.main_metric = self.task.main_metric
         self.encoder = Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
         fusion = FusionSettings.from_config(self.cfg.fusion)
-        self.fusion = LayerFusion(
-            self.encoder.num_hidden_states, self.encoder.hidden_size, mode=fusion.mode,
-            layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
-        )
+        with settings_check():
+            self.fusion = LayerFusion(
+                self.encoder.num_hidden_states, self.encoder.hidden_size, mode=fusion.mode,
+                layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
+            )
         self.feature_size = self.fusion.output_size
         self.finetune = FinetuneSettings.from_config(self.cfg.finetune)
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)

@@ -30,10 +30,11 @@ from sesame.tasks.checkpoint_callbacks import (
 from sesame.tasks.checkpoints import build_module, resolve_resume
 from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
 from sesame.tasks.datamodule import SplitDataModule
-from sesame.tasks.encoder import EncoderSettings, load_tokenizer
+from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import CacheSettings, build_or_open
 from sesame.tasks.module import EncoderTaskModule, TaskSettings
+from sesame.tasks.run_lock import run_folder_lock
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,14 @@ def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, dat
     log.info("frozen features from %s", module.feature_cache.folder)
 
 
+def check_trains(trainer: DictConfig) -> None:
+    """A training run must train: ``trainer.max_epochs=0`` (without ``max_steps``) would only validate."""
+    epochs, steps = trainer.get("max_epochs"), trainer.get("max_steps")
+    if epochs is not None and epochs < 1 and not (steps is not None and steps > 0):
+        raise ConfigError(f"trainer.max_epochs={epochs}: training needs at least 1 epoch (or trainer.max_steps > 0). "
+                          "To evaluate a trained model without training, use sesame-eval")
+
+
 def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> list[Callback]:
     """With ``distill.teacher`` set, load the frozen teacher into ``module.distiller`` (a bad teacher fails
     before any training) and return the callback that saves its logit cache; else nothing."""
@@ -139,11 +148,17 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with run_folder_lock(run_dir):
+        return _train(cfg, run_dir)
+
+
+def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     # Every block this command reads is checked before any data is read or weights are loaded.
     cache = CacheSettings.from_config(cfg.cache)
     periodic = CheckpointSettings.from_config(cfg.checkpoint)
     distill = DistillSettings.from_config(cfg.distill)
     resume_from = resolve_resume(cfg.get("resume"), run_dir)
+    check_trains(cfg.trainer)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     datamodule.setup("fit")
@@ -152,6 +167,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     cfg = config_with_data(cfg, datamodule)
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     module = build_module(cfg)
+    check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
     attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks = attach_distiller(distill, module)

@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny random BERT (a few thousand parameters) with a real WordPiece tokenizer,
-and the real Hydra config composed with overrides; helpers for optional packages and GLUE prediction files."""
+and the real Hydra config composed with overrides; helpers for optional packages and for reading
+prediction files without sesame."""
 
 from __future__ import annotations
 
@@ -51,6 +52,18 @@ def prediction_accuracy(predictions: Path, gold: Path = SST2_DEV) -> float:
     rows = [line.split("\t") for line in predictions.read_text(encoding="utf-8").splitlines()[1:]]
     assert rows, f"{predictions} holds no predictions"
     return sum(pred == labels[int(index)] for index, pred in rows) / len(rows)
+
+
+def read_conll_predictions(path: Path) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+    """Tokens, gold tags and predicted tags per sentence of an NER prediction file (``word gold pred``)."""
+    tokens, gold, pred = [[]], [[]], [[]]
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line:
+            tokens.append([]), gold.append([]), pred.append([])
+            continue
+        t, g, p = line.split(" ")
+        tokens[-1].append(t), gold[-1].append(g), pred[-1].append(p)
+    return tokens[:-1], gold[:-1], pred[:-1]
 
 
 def _corpus() -> list[str]:

@@ -6,6 +6,9 @@ the last ones go through ``sesame-train`` itself, where Hydra's own errors name 
 """
 
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
 
@@ -22,6 +25,9 @@ def _squad(mutate):
     data = json.loads(json.dumps(SQUAD_OK))
     mutate(data["data"][0]["paragraphs"][0])
     return json.dumps(data)
+
+
+STSB = "index\tsentence1\tsentence2\tscore\n0\ta man\ta woman\t{}\n"
 
 
 def _write(tmp_path, name, text):
@@ -50,6 +56,19 @@ CASES = [
     ("cache-without-frozen", None, None, ["finetune=full", "cache.enabled=true"], ["cache.enabled", "finetune=frozen"]),
     ("top-k-too-large", None, None, ["finetune=top_k", "finetune.top_k=9"], ["finetune.top_k=9", "4 layers"]),
     ("resume-without-checkpoint", None, None, ["resume=true"], ["resume=True", "last.ckpt"]),
+    ("stsb-nan-train", "bad.tsv", STSB.format("nan"), ["data=stsb", "data.train_file={f}", "data.validation_file={f}"], ["bad.tsv:2", "'nan'", "not a finite number"]),
+    ("stsb-inf-dev", "dev.tsv", STSB.format("inf"), ["data=stsb", "data.train_file={ok_stsb}", "data.validation_file={f}"], ["dev.tsv:2", "'inf'", "not a finite number"]),
+    ("stsb-out-of-range", "bad.tsv", STSB.format("7.5"), ["data=stsb", "data.train_file={f}", "data.validation_file={f}"], ["bad.tsv:2", "7.5", "range 0-5"]),
+    ("data-path-is-a-directory", None, None, ["data.train_file={tmp}"], ["is a directory", "data.train_file"]),
+    ("model-without-tokenizer", None, None, ["encoder.name_or_path={no_tokenizer}"], ["no tokenizer files", "encoder.name_or_path", "save_pretrained"]),
+    ("tokenizer-of-another-model", None, None, ["encoder.tokenizer=minilm_l6"], ["30522 tokens", "do not belong together"]),
+    ("negative-learning-rate", None, None, ["finetune.head_lr=-0.001"], ["finetune.head_lr=-0.001", "positive"]),
+    ("zero-encoder-lr-full", None, None, ["finetune=full", "finetune.encoder_lr=0"], ["finetune.encoder_lr=0.0", "positive"]),
+    ("zero-epochs", None, None, ["trainer.max_epochs=0"], ["trainer.max_epochs=0", "sesame-eval"]),
+    ("zero-batch-size", None, None, ["data.batch_size=0"], ["data.batch_size=0"]),
+    ("glue-max-length-above-positions", None, None, ["data.max_seq_length=1000"], ["data.max_seq_length=1000", "512 positions"]),
+    ("unknown-setting", None, None, ["+finetune.lr=0.1"], ["finetune.lr", "unknown setting"]),
+    ("run-folder-in-use", None, None, ["+lock=alive"], ["in use by another run", "hydra.run.dir"]),
 ]
 
 
@@ -60,13 +79,27 @@ def tiny2(tmp_path_factory):
     return build_tiny_bert(tmp_path_factory.mktemp("tiny2"), num_layers=2)
 
 
+@pytest.fixture(scope="module")
+def no_tokenizer(tiny_bert_dir, tmp_path_factory):
+    """The tiny model's config and weights without its tokenizer files."""
+    folder = tmp_path_factory.mktemp("no_tokenizer")
+    for f in tiny_bert_dir.iterdir():
+        if f.name in ("config.json", "model.safetensors"):
+            shutil.copy(f, folder / f.name)
+    return folder
+
+
 @pytest.mark.parametrize("case, name, content, overrides, words", CASES, ids=[c[0] for c in CASES])
-def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, case, name, content, overrides, words):
+def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, no_tokenizer, case, name, content, overrides, words):
     path = _write(tmp_path, name, content) if name else None
+    ok_stsb = _write(tmp_path, "ok.tsv", STSB.format("3.2"))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "metrics.json").write_text('{"kept": 1}')  # from an earlier run: must survive
-    cfg = make_cfg(*[o.format(f=path, tiny2=tiny2) for o in overrides])
+    if "+lock=alive" in overrides:  # a live process (this one) holds the folder
+        overrides = [o for o in overrides if o != "+lock=alive"]
+        (run_dir / ".sesame.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    cfg = make_cfg(*[o.format(f=path, tiny2=tiny2, tmp=tmp_path, ok_stsb=ok_stsb, no_tokenizer=no_tokenizer) for o in overrides])
     with pytest.raises(SystemExit) as stop, user_errors_are_messages():
         train(cfg, run_dir)
     err = capsys.readouterr().err
@@ -90,3 +123,20 @@ def test_bad_config_keys_are_named_by_hydra(tmp_path, override, words):
     assert "Traceback" not in out.stderr
     for word in words:
         assert word in out.stderr
+
+
+def test_a_stale_lock_of_a_killed_run_is_taken_over(make_cfg, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (run_dir / ".sesame.lock").write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
+    train(make_cfg("data.max_train_examples=8", "data.max_eval_examples=8"), run_dir)
+    assert (run_dir / "metrics.json").is_file() and not (run_dir / ".sesame.lock").exists()
+
+
+def test_a_bug_is_not_reported_as_a_user_error(capsys):
+    with pytest.raises(SystemExit) as stop, user_errors_are_messages():
+        {}["a key sesame forgot"]  # a KeyError inside sesame is a bug, not bad input
+    err = capsys.readouterr().err
+    assert stop.value.code == 1
+    assert "Traceback" in err and "please report it" in err and "error: " not in err.splitlines()[0]

@@ -1,23 +1,37 @@
-"""User errors (bad data, bad paths, bad settings) end a command with one clear line, not a traceback."""
+"""How a console script ends on an error.
+
+- A :class:`sesame.tasks.errors.UserError` (bad data, paths, settings): one ``error: <message>`` line
+  naming the file, line or key and the fix, exit code 2, no traceback (``SESAME_TRACEBACK=1`` shows it).
+- Anything else is a bug in sesame (or in a library under it): the traceback, a line asking to
+  report it, exit code 1.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 
-USER_ERRORS = (FileNotFoundError, ValueError, KeyError)
+from sesame.tasks.errors import UserError
+
+REPORT = "This is a bug, not a problem with your input: please report it with the command you ran and the traceback above."
 
 
 @contextlib.contextmanager
 def user_errors_are_messages() -> Iterator[None]:
-    """Print ``error: <message>`` and exit 2 for user errors; ``SESAME_TRACEBACK=1`` shows the traceback."""
+    """Exit 2 with one line for user errors, exit 1 with the traceback for everything else."""
     try:
         yield
-    except USER_ERRORS as err:
+    except UserError as err:
         if os.environ.get("SESAME_TRACEBACK") == "1":
             raise
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"error: {message}\n(set SESAME_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        print(f"error: {err}\n(set SESAME_TRACEBACK=1 to see the traceback)", file=sys.stderr)
         sys.exit(2)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception:
+        traceback.print_exc()
+        print(f"\ninternal error: {REPORT}", file=sys.stderr)
+        sys.exit(1)

@@ -56,6 +56,10 @@ def _read_json(path: Path, what: str) -> Any:
             return json.load(f)
     except FileNotFoundError:
         _die(f"{what} file not found: {path}")
+    except IsADirectoryError:
+        _die(f"{what} file {path} is a directory; pass the JSON file in it")
+    except UnicodeDecodeError as exc:
+        _die(f"{what} file {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); re-save it as UTF-8")
     except json.JSONDecodeError as exc:
         _die(f"{what} file {path} is not valid JSON: {exc}")
 
@@ -79,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         gold = gold_from_dataset(dataset)
     except (KeyError, TypeError) as exc:
         _die(f"dataset file {args.dataset} is not SQuAD format (missing field {exc})")
+    bad = next(((qid, a) for qid, answers in gold.items() for a in answers if not isinstance(a, str)), None)
+    if bad is not None:
+        _die(f"dataset file {args.dataset}: question {bad[0]!r} has an answer text {bad[1]!r} that is not a string; "
+             "answers are {\"text\": \"...\", \"answer_start\": N}")
     na_probs = None
     if args.na_prob_file is not None:
         if args.version == "squad_v1":

@@ -63,7 +63,8 @@ class SentenceDataModule(SplitDataModule):
     def task_spec(cls, settings: Any) -> GlueTaskSpec:
         raise NotImplementedError
 
-    def _read(self, path: str, require_labels: bool) -> datasets.Dataset:
+    def _read(self, key: str, require_labels: bool) -> datasets.Dataset:
+        """The file of setting ``data.<key>`` as rows ``index, text_a[, text_b], label``."""
         raise NotImplementedError
 
     def _limit(self, ds: datasets.Dataset, limit: int | None) -> datasets.Dataset:
@@ -86,11 +87,11 @@ class SentenceDataModule(SplitDataModule):
             return
         s = self.settings
         if stage in (None, "fit") and s.train_file:
-            self.raw["train"] = self._limit(self._read(s.train_file, require_labels=True), s.max_train_examples)
+            self.raw["train"] = self._limit(self._read("train_file", require_labels=True), s.max_train_examples)
         for split, key in EVAL_SPLITS:
             path = getattr(s, key, None)
             if path:
-                self.raw[split] = self._limit(self._read(path, require_labels=False), s.max_eval_examples)
+                self.raw[split] = self._limit(self._read(key, require_labels=False), s.max_eval_examples)
         if not self.raw:
             raise ConfigError("no data files configured: set data.train_file and/or data.validation_file")
         self.splits = {name: self._tokenize(ds) for name, ds in self.raw.items()}
@@ -129,8 +130,8 @@ class GlueDataModule(SentenceDataModule):
             spec = replace(spec, labels=tuple(str(n) for n in settings.label_names))
         return spec
 
-    def _read(self, path: str, require_labels: bool) -> datasets.Dataset:
-        return read_glue_tsv(path, self.spec, require_labels=require_labels)
+    def _read(self, key: str, require_labels: bool) -> datasets.Dataset:
+        return read_glue_tsv(getattr(self.settings, key), self.spec, require_labels=require_labels, key=key)
 
 
 class TableDataModule(SentenceDataModule):
@@ -158,9 +159,9 @@ class TableDataModule(SentenceDataModule):
             submission_name="predictions",
         )
 
-    def _read(self, path: str, require_labels: bool) -> datasets.Dataset:
+    def _read(self, key: str, require_labels: bool) -> datasets.Dataset:
         spec = self.spec
-        table, file = read_table(path, spec.text_a, spec.text_b, spec.label)
+        table, file = read_table(getattr(self.settings, key), spec.text_a, spec.text_b, spec.label, key=key)
         if not spec.is_regression and not spec.labels:
             # Label set from the training data, sorted so the mapping is the same on every run.
             self.spec = spec = replace(spec, labels=tuple(sorted({str(v) for v in table[spec.label]})))

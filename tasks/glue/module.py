@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from sesame.heads.classifier import SequenceClassifierHead
 from sesame.heads.pooling import PoolerPooling, build_pooling
 from sesame.tasks.distributed import Rows
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.errors import ConfigError, settings_check
 from sesame.tasks.glue.metrics import compute_metrics
 from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.hf_weights import load_prefixed_weights
@@ -52,7 +52,8 @@ class SentenceClassificationModule(EncoderTaskModule):
         self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
         pooling = PoolingSettings.from_config(self.cfg.pooling)
         head = ClassifierHeadSettings.from_config(self.cfg.head)
-        self.pooling = build_pooling(pooling.name, self.feature_size)
+        with settings_check():
+            self.pooling = build_pooling(pooling.name, self.feature_size)
         if isinstance(self.pooling, PoolerPooling):
             if not self.encoder.has_pretrained("pooler"):
                 raise ConfigError(

@@ -8,24 +8,17 @@ column, and the fix.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 from typing import Any
 
 import datasets
 
+from sesame.tasks.data_files import check_data_file
 from sesame.tasks.errors import DataError
 from sesame.tasks.glue.specs import GlueTaskSpec
 
 csv.field_size_limit(1 << 24)
-
-
-def _check_file(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file (check data.train_file / data.validation_file / data.test_file)")
-    if path.stat().st_size == 0:
-        raise DataError(f"{path}: the file is empty")
-    return path
 
 
 def _column_index(header: list[str] | None, column: str | int, path: Path) -> int | None:
@@ -36,9 +29,9 @@ def _column_index(header: list[str] | None, column: str | int, path: Path) -> in
     return header.index(column)
 
 
-def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = True) -> datasets.Dataset:
+def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = True, key: str = "train_file") -> datasets.Dataset:
     """One GLUE TSV. Without a label column (a test file) the label column is ``None``."""
-    path = _check_file(path)
+    path = check_data_file(path, key)
     with path.open(encoding="utf-8-sig", newline="") as handle:
         rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
     header = rows.pop(0) if spec.has_header else None
@@ -74,23 +67,30 @@ def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = T
     columns: dict[str, list[Any]] = {"index": list(range(len(text_a))), "text_a": text_a}
     if col_b is not None:
         columns["text_b"] = text_b
-    columns["label"] = encode_labels(labels, spec.labels, path, first_line)
+    columns["label"] = encode_labels(labels, spec.labels, path, first_line, spec.label_range)
     return datasets.Dataset.from_dict(columns)
 
 
 def encode_labels(
-    raw: list[Any], label_names: tuple[str, ...] | None, path: Path, first_line: int = 1
+    raw: list[Any], label_names: tuple[str, ...] | None, path: Path, first_line: int = 1,
+    label_range: tuple[float, float] | None = None,
 ) -> list[Any]:
-    """Label names -> class ids (or floats for regression); ``None`` stays ``None`` (unlabelled)."""
+    """Label names -> class ids (or floats for regression, finite and within ``label_range``);
+    ``None`` stays ``None`` (unlabelled)."""
     if label_names is None:
         out = []
         for i, value in enumerate(raw):
+            where = f"{path}:{i + first_line}"
             try:
-                out.append(None if value is None else float(value))
+                score = None if value is None else float(value)
             except ValueError:
-                raise DataError(
-                    f"{path}:{i + first_line}: label {value!r} is not a number, and this task is a regression"
-                ) from None
+                raise DataError(f"{where}: label {value!r} is not a number, and this task is a regression") from None
+            if score is not None and not math.isfinite(score):
+                raise DataError(f"{where}: label {value!r} is not a finite number. Fix the score on this line")
+            if score is not None and label_range and not label_range[0] <= score <= label_range[1]:
+                low, high = label_range
+                raise DataError(f"{where}: score {score:g} lies outside this task's range {low:g}-{high:g}. Fix the score")
+            out.append(score)
         return out
     ids = {name: i for i, name in enumerate(label_names)}
     out = []
@@ -109,10 +109,10 @@ def encode_labels(
 
 
 def read_table(
-    path: str | Path, text_column: str, text_pair_column: str | None, label_column: str
+    path: str | Path, text_column: str, text_pair_column: str | None, label_column: str, key: str = "train_file"
 ) -> tuple[datasets.Dataset, Path]:
     """Any CSV, TSV or JSON-lines file with named columns (raw labels, not yet encoded)."""
-    path = _check_file(path)
+    path = check_data_file(path, key)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         builder, kwargs = "json", {}

@@ -21,6 +21,7 @@ class GlueTaskSpec:
     metrics: tuple[str, ...]  # the first is the task's main metric
     submission_name: str  # GLUE leaderboard file name
     has_header: bool = True
+    label_range: tuple[float, float] | None = None  # regression: the scores a file may hold
 
     @property
     def is_regression(self) -> bool:
@@ -32,7 +33,7 @@ GLUE_TASKS: dict[str, GlueTaskSpec] = {
     "sst2": GlueTaskSpec("sentence", None, "label", ("0", "1"), ("accuracy",), "SST-2"),
     "mrpc": GlueTaskSpec("#1 String", "#2 String", "Quality", ("0", "1"), ("f1", "accuracy"), "MRPC"),
     "qqp": GlueTaskSpec("question1", "question2", "is_duplicate", ("0", "1"), ("f1", "accuracy"), "QQP"),
-    "stsb": GlueTaskSpec("sentence1", "sentence2", "score", None, ("pearson", "spearmanr"), "STS-B"),
+    "stsb": GlueTaskSpec("sentence1", "sentence2", "score", None, ("pearson", "spearmanr"), "STS-B", label_range=(0.0, 5.0)),
     "mnli": GlueTaskSpec(
         "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"), ("accuracy",), "MNLI-m"
     ),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import datasets
 
+from sesame.tasks.data_files import check_data_file
 from sesame.tasks.errors import ConfigError, DataError, UserError
 
 DOCSTART = "-DOCSTART-"
@@ -60,15 +61,6 @@ def check_tag(tag: str, where: str, hint: str, error: type[UserError] = DataErro
         raise error(f"{where}: empty tag; every word needs a tag ('O' outside entities)")
     raise error(f"{where}: tag {tag!r} is not BIO/IOB ('O', 'B-TYPE' or 'I-TYPE'); {hint}")
 
-
-def _check_file(path: str | Path, key: str) -> Path:
-    """``path`` as a ``Path`` when it is a non-empty file; ``key`` (e.g. ``train_file``) names the setting."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise DataError(f"{path}: no such file (set data.{key}; relative paths start from {Path.cwd()})")
-    if path.stat().st_size == 0:
-        raise DataError(f"{path}: the file is empty (data.{key})")
-    return path
 
 
 def read_conll(path: str | Path, tag_column: int = -1) -> NerExamples:
@@ -204,7 +196,7 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
 
 def read_examples(path: str | Path, fmt: str = "auto", tag_column: int = -1, key: str = "train_file") -> NerExamples:
     """Read one file as CoNLL or JSON lines (``fmt``: auto | conll | jsonl); ``key`` names its setting."""
-    path = _check_file(path, key)
+    path = check_data_file(path, key)
     if detect_format(path, fmt) == "jsonl":
         return read_jsonl(path)
     return read_conll(path, tag_column)

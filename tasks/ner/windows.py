@@ -19,6 +19,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.heads.masking import IGNORE_INDEX
+from sesame.tasks.encoder import check_max_seq_length
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import NerExamples
 
@@ -87,9 +88,7 @@ class WindowTokenizer:
         self.budget = self.max_seq_length - tokenizer.num_special_tokens_to_add(pair=False)
         if self.budget < 1:
             raise ConfigError(f"data.max_seq_length={max_seq_length} leaves no room for words after special tokens")
-        limit = getattr(tokenizer, "model_max_length", None)
-        if limit is not None and limit < 1_000_000 and self.max_seq_length > limit:
-            raise ConfigError(f"data.max_seq_length={max_seq_length} exceeds the encoder's maximum of {limit}")
+        check_max_seq_length(self.max_seq_length, tokenizer)
         self.label_all_subwords = label_all_subwords
 
     def _fix_empty_words(self, sentences: list[list[str]]) -> tuple[list[list[str]], list[np.ndarray]]:

@@ -55,10 +55,6 @@ class SquadDataModule(SplitDataModule):
         super().__init__(settings, tokenizer, seed)
         if tokenizer.pad_token_id is None:
             raise ConfigError("the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token)")
-        model_limit = getattr(tokenizer, "model_max_length", None) or 0
-        if 0 < model_limit < 1_000_000 and settings.max_seq_length > model_limit:  # huge = "no limit" sentinel
-            raise ConfigError(f"data.max_seq_length={settings.max_seq_length} exceeds the encoder's {model_limit} positions. "
-                              f"Fix: set data.max_seq_length <= {model_limit}; long contexts are windowed anyway")
         self.collator = window_collator(tokenizer.pad_token_id)
         self._examples: dict[str, datasets.Dataset] = {}
         self._windows: dict[str, WindowDataset] = {}
@@ -84,7 +80,8 @@ class SquadDataModule(SplitDataModule):
     def _build(self, split: str) -> None:
         s = self.settings
         path = self._file(split)
-        ds, report = read_squad(path, allow_impossible=s.version_2_with_negative, on_bad_example=s.on_bad_example)
+        ds, report = read_squad(path, allow_impossible=s.version_2_with_negative, on_bad_example=s.on_bad_example,
+                                key=self.FILE_KEYS[split])
         if split == "train" and s.drop_train_overlap:
             ds = self._without_eval_contexts(ds, path)
         limit = s.max_train_examples if split == "train" else s.max_eval_examples

@@ -138,10 +138,12 @@ def find_best_thresh(
     Start from "answer nothing" (all NoAns right) and walk the questions by increasing na_prob,
     switching each to its prediction.
     """
-    cur = best = sum(1 for v in has_ans.values() if not v)
+    # A question without a prediction scores 0 at every threshold (the official script would count an
+    # unanswerable one as right when nothing is predicted).
+    cur = best = sum(1 for q, v in has_ans.items() if not v and q in predictions)
     best_thresh = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
-        if qid not in scores:
+        if qid not in scores or qid not in predictions:
             continue
         if has_ans[qid]:
             diff = scores[qid]
@@ -183,6 +185,9 @@ def squad_v2(
     exact_raw, f1_raw = raw_scores_v2(gold, predictions)
     exact = apply_no_ans_threshold(exact_raw, na_probs, has_ans, na_prob_thresh)
     f1 = apply_no_ans_threshold(f1_raw, na_probs, has_ans, na_prob_thresh)
+    for qid in gold:
+        if qid not in predictions:  # missing scores 0, whatever its no-answer probability says
+            exact[qid] = f1[qid] = 0.0
 
     def summary(qids: list[str]) -> dict[str, float]:
         return {

@@ -17,7 +17,8 @@ from typing import Any
 
 import datasets
 
-from sesame.tasks.errors import ConfigError, DataError, MissingFileError
+from sesame.tasks.data_files import check_data_file
+from sesame.tasks.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,6 @@ def report_problems(report: LoadReport, on_bad_example: str, what: str) -> None:
 
 def _read_articles(path: Path) -> list[dict]:
     """The ``data`` list of a SQuAD JSON file, via ``datasets``; precise errors on failure."""
-    if not path.is_file():
-        raise MissingFileError(f"SQuAD file not found: {path}. Fix: point data.train_file / data.validation_file at it")
     try:
         ds = datasets.load_dataset("json", data_files=str(path), field="data", split="train")
         return ds.to_list()
@@ -127,7 +126,7 @@ def _answer_problem(context: str, ans: Any, k: int) -> str | None:
 
 
 def read_squad(
-    path: str | Path, *, allow_impossible: bool, on_bad_example: str = "error"
+    path: str | Path, *, allow_impossible: bool, on_bad_example: str = "error", key: str = "validation_file"
 ) -> tuple[datasets.Dataset, LoadReport]:
     """Read and validate a SQuAD v1.1 / v2.0 JSON file into one row per question.
 
@@ -142,7 +141,7 @@ def read_squad(
         ``(rows, report)``: a ``datasets.Dataset`` with :data:`SQUAD_FEATURES`, and what was dropped.
     """
     check_bad_example_mode(on_bad_example)
-    path = Path(path)
+    path = check_data_file(path, key)
     articles = _read_articles(path)
     report = LoadReport(str(path))
     cols: dict[str, list] = {k: [] for k in ("id", "title", "context", "question", "answers")}

@@ -12,6 +12,20 @@ from sesame.tasks.checkpoints import load_trained
 from sesame.tasks.compression.drop_layers import drop_layers, select_layers
 from sesame.tasks.evaluation import evaluate
 from sesame.tasks.runner import train
+from tests.conftest import prediction_accuracy, read_conll_predictions
+
+PREDICTIONS = {"glue": "val_SST-2.tsv", "ner": "val_predictions.conll"}
+MAIN_METRIC = {"glue": "val_accuracy", "ner": "val_f1"}
+
+
+def _score_of_prediction_file(task, folder):
+    """The main metric recomputed from the written predictions, without sesame's scoring code."""
+    if task == "glue":
+        return prediction_accuracy(folder / PREDICTIONS[task])
+    from seqeval.metrics import f1_score
+
+    _, gold, pred = read_conll_predictions(folder / PREDICTIONS[task])
+    return f1_score(gold, pred)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +75,7 @@ def test_the_student_folder_loads_with_k_layers_and_the_kept_weights(tiny_bert_d
 @pytest.mark.parametrize("task", ["glue", "ner"])
 def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cfg, tmp_path, task):
     run = tmp_path / "run"
-    train(make_cfg(f"task={task}", "data.max_eval_examples=32"), run)
+    trained = train(make_cfg(f"task={task}", "data.max_eval_examples=32"), run)
     teacher, _ = load_trained(run)
     out = subprocess.run(
         [sys.executable, "-m", "sesame.tasks.compression.cli", "drop-layers", str(run), str(tmp_path / "s"), "--keep", "bottom", "--num-layers", "3"],
@@ -80,8 +94,15 @@ def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cf
     assert heads
     for k in heads:
         torch.testing.assert_close(student_sd[k], teacher_sd[k], rtol=0, atol=0)
+    metric = MAIN_METRIC[task]
     metrics = evaluate(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++model={tmp_path / 's'}"), tmp_path / "eval")
-    assert 0 <= metrics["val_accuracy" if task == "glue" else "val_f1"] <= 1
+    assert metrics[metric] == pytest.approx(_score_of_prediction_file(task, tmp_path / "eval"), rel=1e-6)
+    # Keeping every layer gives back the fine-tuned model: its run's predictions and metrics exactly.
+    drop_layers(run, tmp_path / "all", keep="0,1,2,3")
+    same = evaluate(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++model={tmp_path / 'all'}"), tmp_path / "eval_all")
+    assert (tmp_path / "eval_all" / PREDICTIONS[task]).read_text() == (run / PREDICTIONS[task]).read_text()
+    assert same[metric] == trained[metric]
+    assert same["val_loss"] == pytest.approx(trained["val_loss"], rel=1e-6)  # the predictions may all be one class
 
 
 def test_a_head_that_does_not_fit_is_a_clear_error(make_cfg, tmp_path):

@@ -110,7 +110,7 @@ def test_long_sentence_windows_lose_no_word(tokenizer) -> None:
 def test_max_seq_length_outside_the_encoder_is_a_config_error(tokenizer) -> None:
     with pytest.raises(ConfigError, match=r"data.max_seq_length=2 leaves no room"):
         WindowTokenizer(tokenizer, 2)
-    with pytest.raises(ConfigError, match=r"data.max_seq_length=100000 exceeds the encoder's maximum of 512"):
+    with pytest.raises(ConfigError, match=r"data.max_seq_length=100000 exceeds the encoder's 512 positions"):
         WindowTokenizer(tokenizer, 100_000)
 
 

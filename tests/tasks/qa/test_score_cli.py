@@ -41,6 +41,32 @@ def test_v2_scores_with_null_odds(capsys, write_json, real_dev_v2):
         assert key in result
 
 
+def _latin1(path):
+    """A gold file saved as Latin-1 with a non-ASCII title: not UTF-8."""
+    path.write_bytes('{"version": "1.1", "data": [{"title": "Caf\u00e9", "paragraphs": []}]}'.encode("latin-1"))
+    return path
+
+
+def _answer_text(dataset, value):
+    data = json.loads(json.dumps(dataset))
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["text"] = value
+    return data
+
+
+def test_missing_predictions_score_zero_at_every_threshold(capsys, write_json):
+    gold = {"data": [{"title": "t", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "a", "question": "?", "answers": [{"text": "France", "answer_start": 12}]},
+        {"id": "n1", "question": "?", "answers": [], "is_impossible": True},
+        {"id": "n2", "question": "?", "answers": [], "is_impossible": True}]}]}]}
+    preds, odds = {"a": "France"}, {"a": 0.1}  # the two unanswerable questions have no prediction
+    code, out, err = run(capsys, "squad_v2", write_json(preds, "p.json"), write_json(gold, "d.json"),
+                         "--na-prob-file", write_json(odds, "n.json"))
+    result = json.loads(out)
+    # one of three right, whatever the threshold: a missing answer is never counted as "no answer"
+    assert result["exact_match"] == result["best_exact"] == pytest.approx(100 / 3)
+    assert result["best_f1"] == pytest.approx(100 / 3) and result["NoAns_exact"] == 0.0
+
+
 @pytest.mark.parametrize(
     "setup, message",
     [
@@ -50,6 +76,9 @@ def test_v2_scores_with_null_odds(capsys, write_json, real_dev_v2):
         (lambda w, d: ["squad_v1", w({"q": 3}, "p.json"), w(d, "d.json")], "wrong type"),
         (lambda w, d: ["squad_v1", w({}, "p.json"), w({"x": 1}, "d.json")], "not SQuAD format"),
         (lambda w, d: ["squad_v1", w({}, "p.json"), w(d, "d.json"), "--na-prob-file", w({}, "n.json")], "only applies to squad_v2"),
+        (lambda w, d: ["squad_v1", w({}, "p.json"), w(d, "d.json").parent], "is a directory"),
+        (lambda w, d: ["squad_v1", w({}, "p.json"), _latin1(w(d, "d.json"))], "not UTF-8"),
+        (lambda w, d: ["squad_v1", w({}, "p.json"), w(_answer_text(d, 7), "d.json")], "not a string"),
     ],
 )
 def test_bad_input_exits_2_with_message(capsys, write_json, real_dev_v1, setup, message):
