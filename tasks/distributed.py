@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import os
 from typing import Any
 
 import numpy as np
 import torch.distributed as dist
 
 Rows = dict[str, np.ndarray]
+
+
+def is_main_process() -> bool:
+    """Whether this process is global rank 0, known before any process group exists: Lightning's DDP
+    launcher starts the other ranks as copies of the command with ``LOCAL_RANK`` / ``NODE_RANK`` set."""
+    return all(int(os.environ.get(k) or 0) == 0 for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
 def gather_objects(obj: Any) -> list[Any]:

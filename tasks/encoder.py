@@ -167,6 +167,16 @@ class Encoder(nn.Module):
         module = self.model.get_submodule(prefix) if hasattr(self.model, prefix) else None
         return module is not None and not any(k.startswith(prefix + ".") for k in self.missing_weights)
 
+    def unread_parameters(self, highest_hidden_state: int) -> list[nn.Parameter]:
+        """Parameters no output sesame reads can depend on, when fusion reads hidden states up to
+        ``highest_hidden_state``: the layers above it and the checkpoint's pooler (``pooling=pooler``
+        copies the pooler into the head). They never get a gradient, which DDP treats as an error."""
+        unread = [*(p for layer in self.layers()[highest_hidden_state:] for p in layer.parameters())]
+        pooler = getattr(self.model, "pooler", None)
+        if isinstance(pooler, nn.Module):
+            unread += list(pooler.parameters())
+        return unread
+
     def layers(self) -> nn.ModuleList:
         """The stack of transformer blocks, bottom first."""
         return find_layer_stack(self.model, self.num_hidden_states - 1)[1]

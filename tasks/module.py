@@ -102,6 +102,8 @@ class EncoderTaskModule(L.LightningModule):
         self.feature_size = self.fusion.output_size
         self.finetune = FinetuneSettings.from_config(self.cfg.finetune)
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
+        for param in self.encoder.unread_parameters(max(self.fusion.indices)):
+            param.requires_grad_(False)  # no gradient reaches them: not trained (DDP needs every trained one used)
         self.output_dir: Path | None = None
         self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
         self.distiller: Distiller | None = None  # set by the runner when distill.teacher is set
@@ -185,7 +187,8 @@ class EncoderTaskModule(L.LightningModule):
     def _collect(self, batch: Mapping[str, torch.Tensor], stage: str) -> None:
         rows, loss = self.eval_rows(batch, stage)
         if loss is not None:
-            self.log(f"{stage}_loss", loss, batch_size=batch["input_ids"].shape[0], add_dataloader_idx=False)
+            # sync_dist: under DDP each rank saw part of the data; the logged loss is over all of it
+            self.log(f"{stage}_loss", loss, batch_size=batch["input_ids"].shape[0], add_dataloader_idx=False, sync_dist=True)
         self._eval_rows.setdefault(stage, []).append({k: v.detach().cpu().numpy() for k, v in rows.items()})
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -10,14 +10,10 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from sesame.tasks.distributed import is_main_process
 from sesame.tasks.errors import ConfigError
 
 LOCK_NAME = ".sesame.lock"
-
-
-def _is_main_process() -> bool:
-    # Lightning's DDP launcher starts ranks > 0 as copies of the command; rank 0 holds the lock for all.
-    return all(int(os.environ.get(k, "0")) == 0 for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
 def _holder_alive(holder: dict) -> bool:
@@ -36,7 +32,7 @@ def _holder_alive(holder: dict) -> bool:
 def run_folder_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``<run_dir>/.sesame.lock`` while the run writes there. A lock left by a process that no
     longer exists (a killed run, about to be resumed) is taken over."""
-    if not _is_main_process():
+    if not is_main_process():  # rank 0 holds the lock for all ranks
         yield
         return
     path = Path(run_dir) / LOCK_NAME

@@ -30,6 +30,7 @@ from sesame.tasks.checkpoint_callbacks import (
 from sesame.tasks.checkpoints import build_module, resolve_resume
 from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
 from sesame.tasks.datamodule import SplitDataModule
+from sesame.tasks.distributed import is_main_process
 from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import CacheSettings, build_or_open
@@ -165,7 +166,8 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     if not datamodule.has_split("train"):
         raise ConfigError("sesame-train needs data.train_file; to evaluate a trained model use sesame-eval")
     cfg = config_with_data(cfg, datamodule)
-    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if is_main_process():  # the other DDP ranks run this too: one writer
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     module = build_module(cfg)
     check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
@@ -202,5 +204,6 @@ def finish_run(module: EncoderTaskModule, metrics: dict[str, float], run_dir: Pa
     metrics.update(module.evaluated)
     if hasattr(module, "final_metrics"):
         metrics.update(module.final_metrics())
-    write_json_atomic(run_dir / "metrics.json", metrics)
-    print(json.dumps(metrics, indent=2, sort_keys=True))
+    if is_main_process():  # every DDP rank holds the same metrics: one writer
+        write_json_atomic(run_dir / "metrics.json", metrics)
+        print(json.dumps(metrics, indent=2, sort_keys=True))

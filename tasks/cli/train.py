@@ -12,7 +12,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
+from sesame.tasks.distributed import is_main_process
 from sesame.tasks.resolvers import register_resolvers
 from sesame.tasks.runner import train
 
@@ -22,14 +24,17 @@ register_resolvers()
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="config")
 def _main(cfg: DictConfig) -> float | None:
     run_dir = HydraConfig.get().runtime.output_dir
+    share_sweep_dir()
     with user_errors_are_messages():
         metrics = train(cfg, run_dir)
-    print(f"run folder: {run_dir}")
+    if is_main_process():
+        print(f"run folder: {run_dir}")
     # The main metric is the job's return value: what Hydra's Optuna sweeper maximises.
     return metrics.get(cfg.task.main_metric)
 
 
 def main() -> None:
+    adjust_argv()  # a DDP rank > 0 of a sweep job follows rank 0's sweep (tasks/cli/ddp_sweeps.py)
     _main()
 
 

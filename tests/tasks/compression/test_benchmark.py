@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import prediction_accuracy
+
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "compression.py"
 
 
@@ -22,7 +26,12 @@ def test_the_quick_benchmark_writes_every_model_with_ratios(tiny_bert_dir, tmp_p
     assert [by_name[n]["layers"] for n in by_name] == [4, 4, 2, 2]  # every other of the tiny encoder's 4
     assert by_name["int8"]["size_mb"] < base["size_mb"] and by_name["student"]["size_mb"] < base["size_mb"]
     for row in rows:
-        assert row["metric"] == "val_accuracy" and 0 <= row["score"] <= 1
+        # Each model's score is the accuracy of that model's own written predictions, and its eval metrics.
+        evaluated = out / "sst2" / f"eval_{row['model']}"
+        assert row["metric"] == "val_accuracy"
+        assert row["score"] == pytest.approx(prediction_accuracy(evaluated / "val_SST-2.tsv"), rel=1e-6)
+        assert row["metrics"] == json.loads((evaluated / "metrics.json").read_text())
+        assert row["score_delta"] == row["score"] - base["score"]
         assert row["latency_ms_b1"] > 0 and row["throughput_b32"] > 0
         assert row["speedup_b32"] == base["latency_ms_b32"] / row["latency_ms_b32"]
     # --sst2-override reaches the trainings and every evaluation (the quick default is 64).

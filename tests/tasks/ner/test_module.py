@@ -8,24 +8,31 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
-from sesame.tasks.ner.readers import read_conll
-from sesame.tasks.ner.metrics import entity_scores
 from sesame.tasks.ner.module import NerModule, complete_sentences
+from sesame.tasks.ner.readers import read_conll
 from sesame.tasks.runner import build_datamodule, config_with_data, train
+from tests.conftest import read_conll_predictions
 
 SMALL = ["data.max_train_examples=48", "data.max_eval_examples=40", "data.batch_size=8", "data.eval_batch_size=64"]
 
 
-def _read_predictions(path: Path) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
-    tokens, gold, pred = [[]], [[]], [[]]
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line:
-            tokens.append([]), gold.append([]), pred.append([])
-            continue
-        t, g, p = line.split(" ")
-        tokens[-1].append(t), gold[-1].append(g), pred[-1].append(p)
-    return tokens[:-1], gold[:-1], pred[:-1]
+def _assert_seqeval_scores(metrics: dict, stage: str, predictions: Path) -> None:
+    """Every logged entity score (overall and per type) is seqeval's on the written prediction file."""
+    from seqeval.metrics import classification_report
+
+    _, gold, pred = read_conll_predictions(predictions)
+    report = classification_report(gold, pred, output_dict=True, zero_division=0)
+    per_type = {key[len(stage) + 1:-len("_f1")] for key in metrics if key.startswith(f"{stage}_") and key.endswith("_f1")} - {""}
+    assert {t for t in report if " avg" not in t} <= per_type  # every type seqeval saw is reported
+    want = {f"{stage}_{k}": report["micro avg"][k] for k in ("precision", "recall")}
+    want[f"{stage}_f1"] = report["micro avg"]["f1-score"]
+    for t in per_type:  # a type neither in the gold nor predicted scores 0
+        scores = report.get(t, {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})
+        want |= {f"{stage}_{t}_precision": scores["precision"], f"{stage}_{t}_recall": scores["recall"],
+                 f"{stage}_{t}_f1": scores["f1-score"]}
+    assert {k: metrics[k] for k in want} == pytest.approx({k: float(v) for k, v in want.items()}, rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("crf", [False, True])
@@ -38,20 +45,19 @@ def test_train_eval_files_and_checkpoint(make_cfg, tmp_path: Path, crf: bool) ->
         "data.test_file=${data.validation_file}",
     )
     metrics = train(cfg, tmp_path)
-    for stage in ("val", "test"):
-        for key in ("f1", "precision", "recall", "person_f1", "creative-work_recall"):
-            assert 0.0 <= metrics[f"{stage}_{key}"] <= 1.0, (stage, key)
-    assert json.loads((tmp_path / "metrics.json").read_text())["val_f1"] == metrics["val_f1"]
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert "val_person_f1" in metrics and "test_creative-work_recall" in metrics  # every type of the tag set
 
     # The prediction file: every dev sentence, word for word, with the gold tags of the data file,
-    # and scores recomputed from it equal the logged ones.
-    tokens, gold, pred = _read_predictions(tmp_path / "val_predictions.conll")
+    # and the logged scores are seqeval's on it. The test file is the dev file: the same everything.
+    tokens, gold, pred = read_conll_predictions(tmp_path / "val_predictions.conll")
     dev = read_conll(Path(cfg.data.validation_file))
     assert tokens == [[w.replace(" ", "_") for w in s] for s in dev.tokens[:40]]
     assert gold == dev.tags[:40]
-    scores = entity_scores(gold, pred)
-    assert scores.overall.f1 == pytest.approx(metrics["val_f1"])
-    assert scores.overall.precision == pytest.approx(metrics["val_precision"])
+    for stage in ("val", "test"):
+        _assert_seqeval_scores(metrics, stage, tmp_path / f"{stage}_predictions.conll")
+    assert (tmp_path / "test_predictions.conll").read_text() == (tmp_path / "val_predictions.conll").read_text()
+    assert {k[5:]: v for k, v in metrics.items() if k.startswith("test_")} == {k[4:]: v for k, v in metrics.items() if k.startswith("val_")}
     if crf:  # the constrained CRF never predicts an I-X that does not continue an X chunk
         for seq in pred:
             for prev, cur in zip(["O", *seq], seq):
@@ -74,10 +80,17 @@ def test_forward_loss_and_scalar_mix_weights(make_cfg, tmp_path: Path) -> None:
     module = NerModule(cfg)
     module.output_dir = tmp_path
     batch = next(iter(dm.train_dataloader()))
+    module.eval()  # no dropout: the two forward passes below see the same logits
     logits = module(batch)
     assert logits.shape == (*batch["input_ids"].shape, len(dm.tag_names))
     loss = module.training_step(batch, 0)
-    assert torch.isfinite(loss) and loss.requires_grad
+    # Token cross-entropy over the labelled sub-tokens only, written out by hand.
+    labelled = batch["labels"] != -100
+    assert 0 < labelled.sum() < labelled.numel()
+    log_probs = F.log_softmax(logits.detach().float(), dim=-1)[labelled]
+    want = -log_probs.gather(1, batch["labels"][labelled].unsqueeze(1)).mean()
+    assert loss.requires_grad
+    torch.testing.assert_close(loss.detach(), want)
     # Fit writes the learned layer weights (one per hidden state, summing to 1).
     metrics = train(cfg, tmp_path)
     weights = json.loads((tmp_path / "scalar_mix_weights.json").read_text())
@@ -113,6 +126,7 @@ def test_overfits_a_few_sentences(make_cfg, tmp_path: Path, crf: bool) -> None:
     assert sum(t != "O" for tags in dev.tags[:8] for t in tags) >= 5  # there are entities to find
     metrics = train(cfg, tmp_path)
     assert metrics["val_f1"] >= 0.8
+    _assert_seqeval_scores(metrics, "val", tmp_path / "val_predictions.conll")  # non-zero scores, per type too
 
 
 def test_complete_sentences_drops_partly_evaluated_ones() -> None:

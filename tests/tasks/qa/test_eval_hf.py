@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sesame.tasks.evaluation import evaluate
+from sesame.tasks.qa.metrics import gold_from_dataset, squad_v1
 from sesame.tasks.qa.module import SquadModule
 from sesame.tasks.qa.predictions import decode_predictions
 from sesame.tasks.qa.readers import read_squad
@@ -45,9 +46,13 @@ def test_hf_qa_folder_evaluates_with_transformers_logits(make_cfg, hf_qa_dir, tm
     metrics = evaluate(cfg, tmp_path / "eval")
 
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == metrics
-    assert 0 <= metrics["val_f1"] <= 100 and 0 <= metrics["val_exact_match"] <= 100
     predictions = json.loads((tmp_path / "eval" / "predictions.json").read_text())
     assert len(predictions) == 20
+    # The scores are the official ones of the written answers against the dev file's gold answers.
+    gold = gold_from_dataset(json.loads(Path(cfg.data.validation_file).read_text(encoding="utf-8")))
+    official = squad_v1({qid: gold[qid] for qid in predictions}, predictions)
+    assert {"exact_match": metrics["val_exact_match"], "f1": metrics["val_f1"]} == pytest.approx(official, rel=1e-9)
+    assert official["f1"] > 0  # some overlap: a mix-up of questions and answers would show
 
     reference = BertForQuestionAnswering.from_pretrained(hf_qa_dir).eval()
     assert seen, "the module never ran"
