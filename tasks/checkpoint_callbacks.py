@@ -84,7 +84,9 @@ class TrainingResumeCallback(Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._rng_to_restore = checkpoint.get("sesame_rng")
         progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
-        done = int(progress.get("current", {}).get("completed", 0))
+        # Batches whose training step ran: a checkpoint written in on_train_batch_end (the periodic
+        # one) has processed that batch but not yet counted it completed; Lightning counts it done.
+        done = int(progress.get("current", {}).get("processed", 0))
         datamodule = trainer.datamodule
         if datamodule is not None and done and not progress.get("is_last_batch", False):
             datamodule.resume_at = (int(checkpoint["epoch"]), done)
@@ -98,9 +100,23 @@ class TrainingResumeCallback(Callback):
             self._rng_to_restore = None
 
 
+class PeriodicCheckpoint(ModelCheckpoint):
+    """``checkpoints/last.ckpt`` every N optimiser steps, so a killed run loses at most N steps.
+
+    Not after an epoch's last batch: Lightning resumes such a checkpoint in the next epoch and skips
+    the validation that was due (the run would pick its best checkpoint from other evaluations). The
+    end of an epoch is saved after its validation instead, by the main checkpoint callback.
+    """
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any) -> None:
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
+
+
 def periodic_checkpoint_callback(run_dir: Path, every_n_train_steps: int) -> ModelCheckpoint:
-    """``checkpoints/last.ckpt`` every N optimiser steps, so a killed run loses at most N steps."""
-    return ModelCheckpoint(
+    """A :class:`PeriodicCheckpoint` writing ``checkpoints/last.ckpt`` every ``every_n_train_steps`` steps."""
+    return PeriodicCheckpoint(
         dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=every_n_train_steps,
         enable_version_counter=False,
     )

@@ -8,6 +8,7 @@ resolved config the module was built from), found as a ``.ckpt`` file or inside 
 from __future__ import annotations
 
 import copy
+import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ from sesame.tasks.atomic_files import atomic_open, write_text_atomic
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
 from sesame.tasks.errors import DataError, MissingFileError
 from sesame.tasks.module import EncoderTaskModule
+
+log = logging.getLogger(__name__)
 
 
 def is_hf_model_folder(path: str | Path) -> bool:
@@ -48,7 +51,12 @@ def resolve_resume(resume: Any, run_dir: Path) -> str | None:
     """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
     if resume in (None, False, "", "false", "False"):
         return None
-    folder = run_dir if resume is True or str(resume).lower() == "true" else Path(str(resume))
+    this_run = resume is True or str(resume).lower() == "true"
+    folder = run_dir if this_run else Path(str(resume))
+    if this_run and (run_dir / "config.yaml").is_file() and not (run_dir / "checkpoints" / "last.ckpt").is_file():
+        # A run here was killed before its first checkpoint: it has nothing to lose, so start it over.
+        log.warning("resume=true: %s has no checkpoint yet; starting the run from the beginning", run_dir)
+        return None
     try:
         return str(find_checkpoint(folder, names=("last.ckpt",), key="resume"))
     except MissingFileError:

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,11 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     has_validation = datamodule.has_split("validation")
     trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
                             every_n_train_steps=periodic.every_n_train_steps)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    with warnings.catch_warnings():
+        # The train loaders resume mid-epoch through TrainingResumeCallback (an exact resume is tested),
+        # not through Lightning's stateful-loader interface, whose absence Lightning warns about.
+        warnings.filterwarnings("ignore", message=".*dataloader is not resumable")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
 
     metrics: dict[str, float] = {}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""

@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from types import ModuleType
 from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -75,7 +75,15 @@ def _corpus() -> list[str]:
 
 def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16, vocab_size: int = 400) -> Path:
     """Save a random BertModel and a fast WordPiece tokenizer trained on shipped text into ``folder``."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -1,19 +1,23 @@
-"""A run killed with SIGKILL mid-epoch and resumed ends exactly like an uninterrupted run."""
+"""A run killed at any point (SIGKILL or SIGINT) and resumed with ``resume=true`` ends exactly like an
+uninterrupted run: the same metrics and the same prediction files."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
-import torch
 
 from sesame.tasks.checkpoints import resolve_resume
+from sesame.tasks.errors import MissingFileError
 from sesame.tasks.runner import train
 
+# 48 examples in batches of 8: 6 steps an epoch, 2 epochs, a periodic checkpoint every 2 steps.
 OVERRIDES = [
-    "finetune=full", "seed=11", "data.max_train_examples=96", "data.max_eval_examples=64", "data.batch_size=8",
-    "trainer.max_epochs=2", "trainer.limit_train_batches=null", "checkpoint.every_n_train_steps=3",
+    "finetune=full", "seed=11", "data.max_train_examples=48", "data.max_eval_examples=32", "data.batch_size=8",
+    "trainer.max_epochs=2", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null",
+    "checkpoint.every_n_train_steps=2",
 ]
 
 KILLED_RUN = textwrap.dedent(
@@ -24,13 +28,19 @@ KILLED_RUN = textwrap.dedent(
     from sesame.tasks import runner
     from sesame.tasks.resolvers import register_resolvers
 
-    class KillAt(L.Callback):
+    where, step, sig = os.environ["KILL"].split(":")
+
+    class Kill(L.Callback):
+        def _kill(self, trainer, at):
+            if at == where and trainer.global_step == int(step) and not trainer.sanity_checking:
+                os.kill(os.getpid(), getattr(signal, sig))
         def on_train_batch_end(self, trainer, *args):
-            if trainer.global_step == int(os.environ["KILL_AT_STEP"]):
-                os.kill(os.getpid(), signal.SIGKILL)
+            self._kill(trainer, "train")
+        def on_validation_batch_end(self, trainer, *args):
+            self._kill(trainer, "validation")
 
     build = runner.build_trainer
-    runner.build_trainer = lambda cfg, run_dir, monitor, extra_callbacks=None, **kw: build(cfg, run_dir, monitor, [KillAt()], **kw)
+    runner.build_trainer = lambda cfg, run_dir, monitor, extra=None, **kw: build(cfg, run_dir, monitor, [*(extra or []), Kill()], **kw)
     register_resolvers()
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=sys.argv[2:])
@@ -39,26 +49,39 @@ KILLED_RUN = textwrap.dedent(
 )
 
 
-def test_killed_mid_epoch_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir, tmp_path):
-    straight = train(make_cfg(*OVERRIDES), tmp_path / "straight")
+@pytest.fixture(scope="module")
+def straight(make_cfg, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("straight")
+    return train(make_cfg(*OVERRIDES), folder), (folder / "val_SST-2.tsv").read_text()
 
+
+# where the run dies: (after training step | during the validation after step, global step, signal)
+KILLS = [
+    "train:1:SIGKILL",       # before the first periodic checkpoint: the run starts over
+    "train:3:SIGKILL",       # mid-epoch, one step after a periodic checkpoint
+    "train:6:SIGKILL",       # the epoch's last batch: no periodic checkpoint there, resumes from step 4
+    "validation:6:SIGINT",   # during the first validation, with Ctrl-C (Lightning shuts down, exits 1)
+]
+
+
+@pytest.mark.parametrize("kill", KILLS)
+def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir, tmp_path, straight, kill):
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_RUN, str(run), *base, *OVERRIDES],
-        env={**__import__("os").environ, "KILL_AT_STEP": "17"}, capture_output=True, text=True,
-    )
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
-    assert ckpt["global_step"] == 15 and ckpt["epoch"] == 1  # mid-way through the second epoch
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *OVERRIDES],
+                            env={**os.environ, "KILL": kill}, capture_output=True, text=True)
+    assert killed.returncode == (-9 if kill.endswith("SIGKILL") else 1), killed.stderr[-2000:]
     assert not (run / "metrics.json").exists()
 
     resumed = train(make_cfg(*OVERRIDES, "resume=true"), run)
-    assert resumed == pytest.approx(straight, rel=1e-5, abs=1e-6)
+    metrics, predictions = straight
+    assert resumed == metrics  # bit-identical
     assert json.loads((run / "metrics.json").read_text()) == resumed
-    assert (run / "val_SST-2.tsv").read_text() == (tmp_path / "straight" / "val_SST-2.tsv").read_text()
+    assert (run / "val_SST-2.tsv").read_text() == predictions
 
 
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint at .*last.ckpt"):
+    with pytest.raises(MissingFileError, match="no checkpoint at .*last.ckpt"):
         resolve_resume(True, tmp_path)
+    (tmp_path / "config.yaml").write_text("seed: 1\n")  # a run started here and died before a checkpoint
+    assert resolve_resume(True, tmp_path) is None

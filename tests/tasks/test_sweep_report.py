@@ -9,6 +9,7 @@ import yaml
 
 from sesame.tasks.cli.report import main as report_main
 from sesame.tasks.sweep_report import main_metric, read_jobs, variants
+from tests.conftest import require
 
 
 def _job(root, n, overrides, metrics, main_metric=None):
@@ -19,9 +20,13 @@ def _job(root, n, overrides, metrics, main_metric=None):
     (root / str(n) / "config.yaml").write_text(yaml.safe_dump({"task": {"main_metric": main_metric}}))
 
 
-def test_seeds_fold_into_mean_and_std_sorted_best_first(tmp_path):
+def _seed_sweep(root):
     for n, (pool, seed, acc) in enumerate([("cls", 1, 0.70), ("cls", 2, 0.74), ("mean", 1, 0.80), ("mean", 2, 0.84)]):
-        _job(tmp_path, n, ["data=sst2", f"pooling={pool}", f"seed={seed}"], {"val_accuracy": acc, "val_loss": 1.0})
+        _job(root, n, ["data=sst2", f"pooling={pool}", f"seed={seed}"], {"val_accuracy": acc, "val_loss": 1.0})
+
+
+def test_seeds_fold_into_mean_and_std_sorted_best_first(tmp_path):
+    _seed_sweep(tmp_path)
     jobs = read_jobs(tmp_path)
     metric = main_metric(jobs)
     rows = variants(jobs, metric)
@@ -30,6 +35,13 @@ def test_seeds_fold_into_mean_and_std_sorted_best_first(tmp_path):
     assert rows[0].mean == pytest.approx(0.82) and rows[0].std == pytest.approx(0.028284271)
     report_main([str(tmp_path)])
     assert "| pooling=mean | 0.8200 ± 0.0283 | 2 |" in (tmp_path / "report.md").read_text()
+
+
+def test_the_report_draws_a_bar_chart_with_the_plot_extra(tmp_path):
+    require("matplotlib")  # the `plot` extra; without it the report is the table alone
+    _seed_sweep(tmp_path)
+    report_main([str(tmp_path)])
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "report.png").stat().st_size > 1000
 
 
@@ -59,7 +71,7 @@ def test_a_real_multirun_writes_every_job_folder(tiny_bert_dir, tmp_path):
 
 
 def test_optuna_search_runs_trials_and_reports_the_best(tiny_bert_dir, tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    require("hydra_plugins.hydra_optuna_sweeper")
     sweep = tmp_path / "optuna"
     subprocess.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "+experiment=optuna_sst2",
@@ -76,8 +88,8 @@ def test_optuna_search_runs_trials_and_reports_the_best(tiny_bert_dir, tmp_path)
 
 @pytest.mark.parametrize("launcher", ["slurm", "local_parallel"])
 def test_launcher_configs_compose(launcher, tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    require("hydra_plugins.hydra_submitit_launcher")
+    require("hydra_plugins.hydra_joblib_launcher")
     out = subprocess.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", f"hydra/launcher={launcher}", "--cfg", "hydra"],
         check=True, capture_output=True, text=True,

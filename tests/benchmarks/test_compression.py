@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import prediction_accuracy
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "compression.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "compression.py"
 
 
 def test_the_quick_benchmark_writes_every_model_with_ratios(tiny_bert_dir, tmp_path):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DEV_V1
+from tests.tasks.qa.conftest import DEV_V1
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "qa_pipeline_parity.py"
 
 
