@@ -15,7 +15,7 @@ from sesame.tasks.compression.int8 import QUANTIZED_TRAINER, is_quantized
 from sesame.tasks.encoder import check_tokenizer_fits
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.module import EncoderTaskModule
-from sesame.tasks.run_lock import run_folder_lock
+from sesame.tasks.run_lock import holds_run_folder
 from sesame.tasks.runner import build_datamodule, build_trainer, config_with_data, finish_run, flat_metrics
 
 
@@ -41,15 +41,9 @@ def load_for_evaluation(cfg: DictConfig) -> tuple[EncoderTaskModule | None, Dict
     return module, datamodule_cfg
 
 
-def evaluate(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+@holds_run_folder
+def evaluate(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """Validate / test the model ``cfg.model`` names; write metrics and predictions into ``run_dir``."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with run_folder_lock(run_dir):
-        return _evaluate(cfg, run_dir)
-
-
-def _evaluate(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     module, cfg = load_for_evaluation(cfg)
     datamodule = build_datamodule(cfg)
     datamodule.setup("validate")

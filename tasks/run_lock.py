@@ -4,16 +4,19 @@ instead of mixing one run's config with the other's checkpoints and predictions.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sesame.tasks.distributed import is_main_process
 from sesame.tasks.errors import ConfigError
 
 LOCK_NAME = ".sesame.lock"
+T = TypeVar("T")
 
 
 def _holder_alive(holder: dict) -> bool:
@@ -26,6 +29,19 @@ def _holder_alive(holder: dict) -> bool:
     except (PermissionError, ValueError, OverflowError):
         return True
     return True
+
+
+def holds_run_folder(run: Callable[[Any, Path], T]) -> Callable[[Any, str | Path], T]:
+    """``run(cfg, run_dir)`` with ``run_dir`` created and held (:func:`run_folder_lock`) while it runs."""
+
+    @functools.wraps(run)
+    def held(cfg: Any, run_dir: str | Path) -> T:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with run_folder_lock(run_dir):
+            return run(cfg, run_dir)
+
+    return held
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tok
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import CacheSettings, build_or_open
 from sesame.tasks.module import EncoderTaskModule, TaskSettings
-from sesame.tasks.run_lock import run_folder_lock
+from sesame.tasks.run_lock import holds_run_folder
 
 log = logging.getLogger(__name__)
 
@@ -146,15 +146,9 @@ def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> li
     return [DistillationCallback(module.distiller)]
 
 
-def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+@holds_run_folder
+def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with run_folder_lock(run_dir):
-        return _train(cfg, run_dir)
-
-
-def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     # Every block this command reads is checked before any data is read or weights are loaded.
     cache = CacheSettings.from_config(cfg.cache)
     periodic = CheckpointSettings.from_config(cfg.checkpoint)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import datasets
     import evaluate
 
 log = logging.getLogger(__name__)
@@ -236,6 +237,18 @@ def normalize_version(version: str) -> str:
         return aliases[str(version).lower()]
     except KeyError:
         raise ValueError(f"unknown SQuAD version {version!r}; use 'squad_v1' or 'squad_v2'") from None
+
+
+def evaluate_features(with_no_answer_probability: bool) -> datasets.Features:
+    """The inputs of the ``evaluate`` metric modules in ``tasks/qa/evaluate_metrics/`` (v2 adds the
+    no-answer probability), in the shape of Hugging Face's own ``squad`` / ``squad_v2`` metrics."""
+    import datasets  # deferred, as in load_metric
+
+    prediction = {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")}
+    if with_no_answer_probability:
+        prediction["no_answer_probability"] = datasets.Value("float64")
+    answers = datasets.features.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
+    return datasets.Features({"predictions": prediction, "references": {"id": datasets.Value("string"), "answers": answers}})
 
 
 def load_metric(version: str) -> evaluate.EvaluationModule:

@@ -1,9 +1,8 @@
 """SQuAD v1.1 metric (exact match, F1) for ``evaluate.load(<this folder>)``; computed by sesame.tasks.qa.metrics."""
 
-import datasets
 import evaluate
 
-from sesame.tasks.qa.metrics import squad_v1
+from sesame.tasks.qa.metrics import evaluate_features, squad_v1
 
 _DESCRIPTION = "Official SQuAD v1.1 exact match and token F1 (0-100), max over gold answers."
 _CITATION = "Rajpurkar et al., SQuAD: 100,000+ Questions for Machine Comprehension of Text, EMNLP 2016."
@@ -23,17 +22,7 @@ class SquadV1(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
-                    "references": {
-                        "id": datasets.Value("string"),
-                        "answers": datasets.features.Sequence(
-                            {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
-                        ),
-                    },
-                }
-            ),
+            features=evaluate_features(with_no_answer_probability=False),
         )
 
     def _compute(self, predictions, references):

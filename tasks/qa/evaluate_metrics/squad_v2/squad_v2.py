@@ -1,9 +1,8 @@
 """SQuAD v2.0 metric (HasAns/NoAns, best thresholds) for ``evaluate.load(<this folder>)``; computed by sesame.tasks.qa.metrics."""
 
-import datasets
 import evaluate
 
-from sesame.tasks.qa.metrics import squad_v2
+from sesame.tasks.qa.metrics import evaluate_features, squad_v2
 
 _DESCRIPTION = "Official SQuAD v2.0 scores (0-100) with the HasAns/NoAns breakdown and best no-answer thresholds."
 _CITATION = "Rajpurkar, Jia and Liang, Know What You Don't Know: Unanswerable Questions for SQuAD, ACL 2018."
@@ -24,21 +23,7 @@ class SquadV2(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": {
-                        "id": datasets.Value("string"),
-                        "prediction_text": datasets.Value("string"),
-                        "no_answer_probability": datasets.Value("float64"),
-                    },
-                    "references": {
-                        "id": datasets.Value("string"),
-                        "answers": datasets.features.Sequence(
-                            {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
-                        ),
-                    },
-                }
-            ),
+            features=evaluate_features(with_no_answer_probability=True),
         )
 
     def _compute(self, predictions, references, no_answer_threshold=1.0):
