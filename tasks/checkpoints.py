@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from sesame.tasks.atomic_files import atomic_open, write_text_atomic
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
 from sesame.tasks.errors import DataError, MissingFileError
-from sesame.tasks.module import EncoderTaskModule
+from sesame.tasks.module import EncoderTaskModule, TaskSettings
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
 def build_module(cfg: Any, state_dict: dict[str, Any] | None = None) -> EncoderTaskModule:
     """The task module ``cfg`` names, quantised first when ``cfg`` says so, with ``state_dict`` loaded."""
     cfg = OmegaConf.create(cfg)
-    module = get_class(cfg.task.module)(cfg)
+    module = get_class(TaskSettings.from_config(cfg.task).module)(cfg)
     if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
         quantize_module(module)
     if state_dict is not None:

@@ -169,8 +169,8 @@ def _key_matrix(keys: list[bytes]) -> np.ndarray:
 
 def check_compatible(teacher: EncoderTaskModule, student: EncoderTaskModule) -> None:
     """The teacher must read the student's batches and score the same classes in the same order."""
-    if teacher.cfg.task.module != student.cfg.task.module:
-        raise ConfigError(f"distill.teacher is a {teacher.cfg.task.module} model; the student is a {student.cfg.task.module}")
+    if teacher.task.module != student.task.module:
+        raise ConfigError(f"distill.teacher is a {teacher.task.module} model; the student is a {student.task.module}")
     t_vocab, s_vocab = teacher.encoder.config.vocab_size, student.encoder.config.vocab_size
     if t_vocab != s_vocab:
         raise ConfigError(f"teacher vocabulary {t_vocab} != student vocabulary {s_vocab}: the teacher reads the "
