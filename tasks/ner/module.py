@@ -30,34 +30,6 @@ from sesame.tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
-def complete_sentences(
-    example_index: np.ndarray, word_index: np.ndarray, num_words: Mapping[int, int] | None = None
-) -> tuple[np.ndarray, dict[int, int]]:
-    """Which word predictions belong to sentences whose every word was predicted.
-
-    An evaluation limited to some batches (``trainer.limit_val_batches``) can see only some windows
-    of a sentence; scoring half a sentence would be wrong, so such sentences are left out.
-
-    Args:
-        example_index: [N] sentence of each word prediction.
-        word_index: [N] word position within the sentence.
-        num_words: words per sentence, when known (from the data module); otherwise the highest
-            word index seen + 1.
-
-    Returns:
-        ``(keep [N] bool, {sentence: num_words})`` for the complete sentences.
-    """
-    sentences, counts = np.unique(example_index, return_counts=True)
-    if num_words is None:
-        last = np.full(int(sentences.max(initial=-1)) + 1, -1)
-        np.maximum.at(last, example_index, word_index)
-        expected = last[sentences] + 1
-    else:
-        expected = np.array([num_words[int(s)] for s in sentences])
-    complete = {int(s): int(n) for s, n, c in zip(sentences, expected, counts) if c == n}
-    keep = np.isin(example_index, np.fromiter(complete, dtype=np.int64, count=len(complete)))
-    return keep, complete
-
 @dataclass(frozen=True)
 class TaggerHeadSettings(Settings):
     """``cfg.head`` of ``conf/task/ner.yaml`` (``heads/tagger.py``, ``heads/crf.py``)."""
@@ -119,20 +91,13 @@ class NerModule(EncoderTaskModule):
         return rows, self._loss(logits, batch)
 
     def score(self, stage: str, rows: Rows) -> dict[str, float]:
-        example, word, pred, gold = (rows[k] for k in ("example_index", "word_index", "prediction", "label"))
-        examples = getattr(self.split_data(), "examples", {}).get(STAGE_SPLITS[stage])
-        num_words = None if examples is None else {i: len(t) for i, t in enumerate(examples.tokens)}
-        keep, complete = complete_sentences(example, word, num_words)
-        total = len(examples) if examples is not None else len(complete)
-        if len(complete) < total:
-            log.warning("%s: scoring %d of %d sentences (the others were not fully evaluated)", stage, len(complete), total)
-        order = sorted(complete)
-        renumber = np.zeros(max(order, default=-1) + 1, dtype=np.int64)
-        renumber[order] = np.arange(len(order))
-        lengths = [complete[i] for i in order]
-        ex = renumber[example[keep]]
-        pred_ids = stitch_words(ex, word[keep], pred[keep], lengths)
-        gold_ids = stitch_words(ex, word[keep], gold[keep], lengths)
+        # Rows hold whole sentences only (tasks/module.py drops partly evaluated ones), sorted by
+        # (sentence, word): renumber the sentences 0..n-1 and put each word back in its place.
+        examples = self.split_data().examples[STAGE_SPLITS[stage]]
+        order, ex = np.unique(rows["example_index"], return_inverse=True)
+        lengths = [len(examples.tokens[i]) for i in order]
+        pred_ids = stitch_words(ex, rows["word_index"], rows["prediction"], lengths)
+        gold_ids = stitch_words(ex, rows["word_index"], rows["label"], lengths)
         if any((g == IGNORE_INDEX).any() for g in gold_ids):
             log.warning("%s: unlabelled words; no entity scores", stage)
             return {}
@@ -141,7 +106,7 @@ class NerModule(EncoderTaskModule):
         gold_tags = [names[g].tolist() for g in gold_ids]
         scores = entity_scores(gold_tags, pred_tags, mode=self.entity_metric)
         log.info("%s entity scores (%s):\n%s", stage, self.entity_metric, format_report(scores))
-        tokens = [examples.tokens[i] for i in order] if examples is not None else [["_"] * n for n in lengths]
+        tokens = [examples.tokens[i] for i in order]
         self.write_text(f"{stage}_predictions.conll", format_conll_predictions(tokens, gold_tags, pred_tags))
         return scores.as_flat_dict()
 

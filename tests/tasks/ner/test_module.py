@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
 
-from sesame.tasks.ner.module import NerModule, complete_sentences
+from sesame.tasks.ner.module import NerModule
 from sesame.tasks.ner.readers import read_conll
 from sesame.tasks.runner import build_datamodule, config_with_data, train
 from tests.conftest import read_conll_predictions
@@ -127,17 +126,6 @@ def test_overfits_a_few_sentences(make_cfg, tmp_path: Path, crf: bool) -> None:
     metrics = train(cfg, tmp_path)
     assert metrics["val_f1"] >= 0.8
     _assert_seqeval_scores(metrics, "val", tmp_path / "val_predictions.conll")  # non-zero scores, per type too
-
-
-def test_complete_sentences_drops_partly_evaluated_ones() -> None:
-    example = np.array([0, 0, 1, 2, 2, 2])
-    word = np.array([0, 1, 0, 0, 2, 1])
-    keep, complete = complete_sentences(example, word, {0: 2, 1: 3, 2: 3})
-    assert complete == {0: 2, 2: 3}
-    assert keep.tolist() == [True, True, False, True, True, True]
-    # Without lengths from the data, the highest word seen defines the length.
-    _, complete = complete_sentences(example, word)
-    assert complete == {0: 2, 1: 1, 2: 3}
 
 
 def test_unknown_entity_metric_is_an_error(make_cfg) -> None:
