@@ -21,18 +21,16 @@ import time
 def measure(mode: str, batch_size: int, seq_len: int, steps: int) -> dict:
     import torch
 
+    from hydra import compose, initialize_config_module
+
     from sesame.tasks.encoder import load_tokenizer
     from sesame.tasks.glue.module import SentenceClassificationModule
     from sesame.tasks.paths import shipped_path
     from sesame.tasks.resolvers import register_resolvers
 
     register_resolvers()
-    cfg = {
-        "task": {"name": "glue"}, "data": {"task_name": "sst2", "label_names": ["0", "1"]},
-        "encoder": {"name_or_path": "minilm_l6"}, "fusion": {"mode": "last"}, "pooling": {"name": "cls"},
-        "head": {"dropout": 0.1},
-        "finetune": {"mode": mode, "encoder_lr": 5e-5, "head_lr": 1e-3},
-    }
+    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):  # the real default config
+        cfg = compose(config_name="config", overrides=[f"finetune={mode}", "data.label_names=[0,1]"])
     torch.manual_seed(0)
     module = SentenceClassificationModule(cfg).train()
     tokenizer = load_tokenizer("minilm_l6")

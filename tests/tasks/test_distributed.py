@@ -24,8 +24,8 @@ def _eval(run, out, tiny_bert_dir, task, *extra):
 
 
 # task, main metric, the prediction file every example must appear in once
-TASKS = [("glue", "val_accuracy", "val_SST-2.tsv"), ("ner", "val_f1", "val_predictions.conll"),
-         ("squad_v1", "val_f1", "predictions.json")]
+# GLUE and NER evaluation under DDP are covered by the training test below; QA's windows here.
+TASKS = [("squad_v1", "val_f1", "predictions.json")]
 
 
 @pytest.mark.parametrize("task, metric, predictions", TASKS, ids=[t[0] for t in TASKS])

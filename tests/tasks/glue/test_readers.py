@@ -2,7 +2,7 @@
 
 import pytest
 
-from sesame.tasks.errors import DataError
+from sesame.tasks.errors import DataError, MissingFileError
 from sesame.tasks.glue.readers import read_glue_tsv, read_table
 from sesame.tasks.glue.specs import glue_spec
 from sesame.tasks.paths import shipped_path
@@ -45,8 +45,10 @@ def test_bad_files_name_file_line_and_fix(tmp_path, content, task, message):
 
 
 def test_missing_file_and_unknown_task(tmp_path):
-    with pytest.raises(DataError, match="no such file"):
+    with pytest.raises(MissingFileError, match="no such file"):
         read_glue_tsv(tmp_path / "nope.tsv", glue_spec("sst2"))
+    with pytest.raises(DataError, match="is a directory"):
+        read_glue_tsv(tmp_path, glue_spec("sst2"))
     with pytest.raises(ValueError, match="not a GLUE task"):
         glue_spec("squad")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.errors import ConfigError, DataError, MissingFileError
 from sesame.tasks.ner.readers import check_tag, read_conll, read_examples
 from sesame.tasks.ner.tags import build_tag_set, is_iob1
 from sesame.tasks.paths import shipped_path
@@ -110,7 +110,7 @@ def test_bad_jsonl_errors(lines: list[str], match: str, write_file) -> None:
 
 
 def test_missing_or_empty_file_names_the_setting(tmp_path: Path, write_file) -> None:
-    with pytest.raises(DataError, match="no such file.*data.validation_file"):
+    with pytest.raises(MissingFileError, match="no such file.*data.validation_file"):
         read_examples(tmp_path / "nope.conll", key="validation_file")
     with pytest.raises(DataError, match=r"empty.*data.test_file"):
         read_examples(write_file("empty.conll", ""), key="test_file")

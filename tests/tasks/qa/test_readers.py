@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.errors import ConfigError, DataError, MissingFileError
 from sesame.tasks.qa.readers import read_squad
 
 from .conftest import CTX, qa, squad_obj
@@ -69,7 +69,7 @@ def test_bad_input_is_a_clear_error(write_json, case):
 
 
 def test_missing_file():
-    with pytest.raises(FileNotFoundError, match="SQuAD file not found"):
+    with pytest.raises(MissingFileError, match="no such file"):
         read_squad("/nonexistent/dev.json", allow_impossible=False)
 
 
