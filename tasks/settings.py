@@ -107,6 +107,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if hint is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # YAML reads data.label_names=[0,1] as numbers; they name labels "0", "1"
         raise ConfigError(f"{key}={value!r}: expected a string")
     if isinstance(hint, type) and isinstance(value, hint):
         return value
