@@ -213,9 +213,11 @@ class EncoderTaskModule(L.LightningModule):
             metrics = self.score(stage, rows) if scored else {}
             for name, value in metrics.items():
                 name = f"{stage}_{name}"
-                value = float(value)
-                self.evaluated[name] = value if math.isfinite(value) else None
-                self.log(name, value, prog_bar=name == self.main_metric, sync_dist=False, rank_zero_only=False)
+                if isinstance(value, (int, np.integer)) and not isinstance(value, bool):  # a count (e.g. v2's NoAns_total)
+                    self.evaluated[name] = int(value)
+                else:
+                    self.evaluated[name] = float(value) if math.isfinite(value) else None
+                self.log(name, float(value), prog_bar=name == self.main_metric, sync_dist=False, rank_zero_only=False)
             self.evaluated[f"{stage}_examples_scored"] = scored
             self.evaluated[f"{stage}_examples_total"] = total
 

@@ -100,6 +100,8 @@ def test_squad_v2_null_odds_and_scores(make_cfg, tmp_path, capsys):
     for key in ("exact_match", "f1", "HasAns_f1", "NoAns_exact", "best_f1", "best_f1_thresh", "HasAns_total"):
         assert f"val_{key}" in metrics, key
     assert metrics["val_HasAns_total"] + metrics["val_NoAns_total"] == 30
+    written = json.loads((run / "metrics.json").read_text())
+    assert type(written["val_NoAns_total"]) is int and type(written["val_total"]) is int  # counts stay integers
     preds = json.loads((run / "predictions.json").read_text())
     odds = json.loads((run / "null_odds.json").read_text())
     assert set(preds) == set(odds) and len(preds) == 30
