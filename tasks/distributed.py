@@ -15,7 +15,8 @@ Rows = dict[str, np.ndarray]
 def is_main_process() -> bool:
     """Whether this process is global rank 0, known before any process group exists: Lightning's DDP
     launcher starts the other ranks as copies of the command with ``LOCAL_RANK`` / ``NODE_RANK`` set."""
-    return all(int(os.environ.get(k) or 0) == 0 for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+    # SLURM_PROCID: one process per SLURM task (conf/hydra/launcher/slurm.yaml), no LOCAL_RANK set
+    return all(int(os.environ.get(k) or 0) == 0 for k in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
 
 
 def gather_objects(obj: Any) -> list[Any]:

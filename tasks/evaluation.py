@@ -22,6 +22,9 @@ from sesame.tasks.runner import build_datamodule, build_trainer, config_with_dat
 def load_for_evaluation(cfg: DictConfig) -> tuple[EncoderTaskModule | None, DictConfig]:
     """The module to evaluate (None for a Hugging Face folder: built once its data is read), and the
     config its data must be read with."""
+    if OmegaConf.is_missing(cfg, "model") or cfg.get("model") is None:
+        raise ConfigError("sesame-eval needs model=<run folder | .ckpt | Hugging Face model folder> "
+                          "(the key was called checkpoint= before)")
     source = Path(str(cfg.model)).expanduser()
     if is_hf_model_folder(source):
         return None, OmegaConf.merge(cfg, {"encoder": {"name_or_path": str(source)}})

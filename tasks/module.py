@@ -210,7 +210,8 @@ class EncoderTaskModule(L.LightningModule):
         for stage, parts in collected.items():
             rows = gather_rows(concat_rows(parts, self.eval_pad_values), self.eval_key, self.eval_pad_values)
             rows, scored, total = self._complete_examples(stage, rows)
-            metrics = self.score(stage, rows) if scored else {}
+            # Nothing whole to score: the main metric is NaN (worst for checkpoint choice), not missing.
+            metrics = self.score(stage, rows) if scored else {self.main_metric.removeprefix(f"{stage}_"): float("nan")}
             for name, value in metrics.items():
                 name = f"{stage}_{name}"
                 if isinstance(value, (int, np.integer)) and not isinstance(value, bool):  # a count (e.g. v2's NoAns_total)

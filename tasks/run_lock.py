@@ -64,7 +64,8 @@ def run_folder_lock(run_dir: Path) -> Iterator[None]:
             if holder and _holder_alive(holder):
                 raise ConfigError(
                     f"{run_dir} is in use by another run (pid {holder.get('pid')} on {holder.get('host')}). "
-                    "Fix: give this run its own folder (hydra.run.dir=...), or wait for that run to end"
+                    f"Fix: give this run its own folder (hydra.run.dir=...), or wait for that run to end; if it is "
+                    f"dead (killed on another machine), delete {path}"
                 ) from None
             path.unlink(missing_ok=True)  # stale: its process is gone
             continue

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.errors import ConfigError, UserError
 
 S = TypeVar("S", bound="Settings")
 
@@ -27,7 +28,15 @@ S = TypeVar("S", bound="Settings")
 def plain(block: Any) -> Any:
     """A resolved, plain-Python copy of a (Dict|List)Config; other values as they are."""
     if isinstance(block, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(block, resolve=True)
+        try:
+            return OmegaConf.to_container(block, resolve=True, throw_on_missing=True)
+        except MissingMandatoryValue as err:
+            raise ConfigError(f"{err.full_key} is not set (???): give it a value") from None
+        except InterpolationResolutionError as err:  # a resolver's own UserError is the real message
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, UserError):
+                raise cause from None
+            raise ConfigError(f"{err.full_key}: {err.msg}") from None
     return block
 
 
@@ -57,7 +66,7 @@ class Settings:
         ]
         if missing:
             keys = ", ".join(f"{cls.group}.{k}" for k in missing)
-            raise ConfigError(f"missing setting {keys}. Fix: add it (see the presets in conf/{cls.group}/)")
+            raise ConfigError(f"missing setting {keys}. Fix: add it (see the presets in conf/)")
         hints = typing.get_type_hints(cls)
         values = {name: _coerce(value, hints.get(name), f"{cls.group}.{name}") for name, value in raw.items()}
         return cls(**values)

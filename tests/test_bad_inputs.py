@@ -67,6 +67,7 @@ CASES = [
     ("zero-epochs", None, None, ["trainer.max_epochs=0"], ["trainer.max_epochs=0", "sesame-eval"]),
     ("zero-batch-size", None, None, ["data.batch_size=0"], ["data.batch_size=0"]),
     ("glue-max-length-above-positions", None, None, ["data.max_seq_length=1000"], ["data.max_seq_length=1000", "512 positions"]),
+    ("glue-task-name-typo", None, None, ["data.task_name=sst-2"], ["data.task_name='sst-2'", "not a GLUE task"]),
     ("unknown-setting", None, None, ["+finetune.lr=0.1"], ["finetune.lr", "unknown setting"]),
     ("run-folder-in-use", None, None, ["+lock=alive"], ["in use by another run", "hydra.run.dir"]),
 ]
@@ -123,6 +124,14 @@ def test_bad_config_keys_are_named_by_hydra(tmp_path, override, words):
     assert "Traceback" not in out.stderr
     for word in words:
         assert word in out.stderr
+
+
+def test_sesame_eval_without_a_model_names_the_key(make_cfg, tmp_path, capsys):
+    from sesame.tasks.evaluation import evaluate
+
+    with pytest.raises(SystemExit) as stop, user_errors_are_messages():
+        evaluate(make_cfg(), tmp_path / "eval")
+    assert stop.value.code == 2 and "model=" in capsys.readouterr().err
 
 
 def test_a_stale_lock_of_a_killed_run_is_taken_over(make_cfg, tmp_path):

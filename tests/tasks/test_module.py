@@ -54,6 +54,13 @@ def test_a_partial_qa_evaluation_scores_whole_questions_only(make_cfg, tmp_path)
     assert written["val_f1"] == pytest.approx(squad_v1(gold, predictions)["f1"], abs=1e-9)
 
 
+def test_an_evaluation_with_no_whole_example_scores_nan_instead_of_crashing(make_cfg, tmp_path):
+    metrics = runner.train(make_cfg("task=squad_v1", "data.max_train_examples=8", "data.max_eval_examples=40",
+                                    "data.max_seq_length=128", "data.doc_stride=64", "data.eval_batch_size=8",
+                                    "trainer.limit_val_batches=1"), tmp_path)
+    assert metrics["val_examples_scored"] == 0 and metrics["val_f1"] is None
+
+
 def test_a_partial_ner_evaluation_counts_sentences(make_cfg, tmp_path):
     runner.train(make_cfg("task=ner", "data.max_train_examples=16", "data.max_eval_examples=50",
                           "data.eval_batch_size=8", "trainer.limit_val_batches=2"), tmp_path)
