@@ -90,6 +90,8 @@ def synthetic_windows(n_questions: int, seed: int = 0, window: int = 150, questi
     """Random-normal start/end logits of 1-3 windows per question, SQuAD-shaped: [CLS] question [SEP]
     context-chunk [SEP] (~``window`` tokens, consecutive chunks overlapping by ``stride``), padded to
     the longest window; offsets point into a context of one short word per token."""
+    from tests.heads.reference_span_decoder import words_with_offsets
+
     rng = random.Random(seed)
     chunk = window - question - 3
     rows: list[tuple[int, list[tuple[int, int]]]] = []
@@ -97,12 +99,8 @@ def synthetic_windows(n_questions: int, seed: int = 0, window: int = 150, questi
     for q in range(n_questions):
         n_win = rng.randint(1, 3)
         n_tok = chunk + (n_win - 1) * (chunk - stride) - rng.randint(0, chunk // 3)
-        words = [f"w{rng.randint(0, 999)}" for _ in range(n_tok)]
-        spans, pos = [], 0
-        for w in words:
-            spans.append((pos, pos + len(w)))
-            pos += len(w) + 1
-        contexts.append(" ".join(words))
+        context, spans = words_with_offsets([f"w{rng.randint(0, 999)}" for _ in range(n_tok)])
+        contexts.append(context)
         ids.append(f"q{q}")
         lo = 0
         while True:

@@ -55,7 +55,6 @@ class SentenceDataModule(SplitDataModule):
         super().__init__(settings, tokenizer, seed)
         self.spec = self.task_spec(settings)
         self.splits: dict[str, datasets.Dataset] = {}
-        self.raw: dict[str, datasets.Dataset] = {}
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.collator = PaddingCollator({"input_ids": pad_id})
 
@@ -86,15 +85,16 @@ class SentenceDataModule(SplitDataModule):
         if self.splits:
             return
         s = self.settings
+        raw: dict[str, datasets.Dataset] = {}  # read and limited, not yet tokenised
         if stage in (None, "fit") and s.train_file:
-            self.raw["train"] = self._limit(self._read("train_file", require_labels=True), s.max_train_examples)
+            raw["train"] = self._limit(self._read("train_file", require_labels=True), s.max_train_examples)
         for split, key in EVAL_SPLITS:
             path = getattr(s, key, None)
             if path:
-                self.raw[split] = self._limit(self._read(key, require_labels=False), s.max_eval_examples)
-        if not self.raw:
+                raw[split] = self._limit(self._read(key, require_labels=False), s.max_eval_examples)
+        if not raw:
             raise ConfigError("no data files configured: set data.train_file and/or data.validation_file")
-        self.splits = {name: self._tokenize(ds) for name, ds in self.raw.items()}
+        self.splits = {name: self._tokenize(ds) for name, ds in raw.items()}
 
     def config_updates(self) -> dict[str, Any]:
         """What the module must know from the data: the label set (saved with the checkpoint)."""

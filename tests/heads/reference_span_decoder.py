@@ -102,6 +102,15 @@ def reference_top_spans(
     return [(score, s_tok, e_tok) for _, score, s_tok, e_tok in cands[:k]]
 
 
+def words_with_offsets(words: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """``(context, [(char start, char end) of each word])`` for ``words`` joined by single spaces."""
+    spans, pos = [], 0
+    for w in words:
+        spans.append((pos, pos + len(w)))
+        pos += len(w) + 1
+    return " ".join(words), spans
+
+
 def random_windows(rng: random.Random, n_questions: int, integer: bool):
     """Random contexts of one word per token, split into overlapping windows with question + padding.
 
@@ -113,12 +122,8 @@ def random_windows(rng: random.Random, n_questions: int, integer: bool):
     contexts, ids, rows = [], [], []
     for q in range(n_questions):
         n_tok = rng.randint(1, 14)
-        words = [rng.choice(WORDS) for _ in range(n_tok)]
-        spans, pos = [], 0
-        for w in words:
-            spans.append((pos, pos + len(w)))
-            pos += len(w) + 1
-        contexts.append(" ".join(words))
+        context, spans = words_with_offsets([rng.choice(WORDS) for _ in range(n_tok)])
+        contexts.append(context)
         ids.append(f"q{q}")
         win, stride = rng.randint(2, 8), rng.randint(1, 3)
         lo = 0
