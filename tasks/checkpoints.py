@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,15 @@ import lightning as L
 import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from sesame.tasks.atomic_files import atomic_open, write_text_atomic
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
+from sesame.tasks.encoder import Encoder, EncoderSettings, load_tokenizer
+from sesame.tasks.encoder_store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
 from sesame.tasks.errors import DataError, MissingFileError
 from sesame.tasks.module import EncoderTaskModule, TaskSettings
+from sesame.tasks.trained_overrides import apply_overrides
 
 log = logging.getLogger(__name__)
 
@@ -80,23 +85,65 @@ def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(checkpoint["hyper_parameters"]["cfg"])
 
 
-def build_module(cfg: Any, state_dict: dict[str, Any] | None = None) -> EncoderTaskModule:
-    """The task module ``cfg`` names, quantised first when ``cfg`` says so, with ``state_dict`` loaded."""
+def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: Encoder | None = None,
+                 encoder_source: str = "the pretrained encoder") -> EncoderTaskModule:
+    """The task module ``cfg`` names, quantised first when ``cfg`` says so, with ``checkpoint``'s
+    weights loaded (its frozen encoder weights filled in from ``encoder``, digest-checked)."""
     cfg = OmegaConf.create(cfg)
-    module = get_class(TaskSettings.from_config(cfg.task).module)(cfg)
+    module = get_class(TaskSettings.from_config(cfg.task).module)(cfg, encoder)
     if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
         quantize_module(module)
-    if state_dict is not None:
-        module.load_state_dict(state_dict)
+    if checkpoint is not None:
+        module.fill_stored_once(checkpoint, source=encoder_source)
+        module.load_state_dict(checkpoint["state_dict"])
     return module
 
 
-def load_trained(path: str | Path) -> tuple[EncoderTaskModule, dict[str, Any]]:
-    """The trained module of a .ckpt file or run folder (on CPU, eval mode), and its config."""
-    _, checkpoint = read_checkpoint(path)
+@dataclass
+class TrainedModel:
+    """A trained model read back from disk: the module (CPU, eval mode), the config it was built from
+    (with any overrides applied), its checkpoint file and the folder its encoder and tokenizer came from."""
+
+    module: EncoderTaskModule
+    cfg: dict[str, Any]
+    checkpoint: Path
+    encoder_folder: str
+    tokenizer_source: str  # the run's encoder/ folder, or encoder.tokenizer / name_or_path
+
+    def tokenizer(self) -> PreTrainedTokenizerFast:
+        return load_tokenizer(self.tokenizer_source)
+
+
+def load_trained(path: str | Path, key: str = "model", overrides: Mapping[str, Any] | None = None) -> TrainedModel:
+    """The trained model of a .ckpt file or run folder (``key`` names the setting it came from).
+
+    The encoder is built from the run's ``encoder/`` folder (``tasks/encoder_store.py``), so the
+    pretrained folder used in training may be gone; a bare .ckpt without its run folder, or an
+    ``encoder.name_or_path`` override, loads the encoder from ``encoder.name_or_path``. Weights the
+    checkpoint holds are not read twice: a fully fine-tuned checkpoint builds the encoder from its
+    config alone. ``overrides`` (``{"head.max_answer_length": 50}``) go through
+    ``tasks/trained_overrides.py``.
+    """
+    ckpt_path, checkpoint = read_checkpoint(path, key=key)
     cfg = checkpoint_config(checkpoint)
-    module = build_module(cfg, checkpoint["state_dict"])
-    return module.eval(), cfg
+    if overrides:
+        cfg = apply_overrides(cfg, overrides, ckpt_path)
+    folder = encoder_folder_of(ckpt_path)
+    overridden = set(overrides or ())
+    source = str(folder) if folder is not None and "encoder.name_or_path" not in overridden else cfg["encoder"]["name_or_path"]
+    # The run's encoder/ folder holds the tokenizer training used, whatever encoder.tokenizer named.
+    tokenizer_source = str(folder) if folder is not None and not overridden & {"encoder.tokenizer", "encoder.name_or_path"} \
+        else cfg["encoder"].get("tokenizer") or cfg["encoder"]["name_or_path"]
+    needs_weights = bool(checkpoint.get(FROZEN_KEY))
+    if needs_weights and Path(source).is_dir() and not has_weights(source):
+        raise MissingFileError(
+            f"{ckpt_path} leaves its frozen encoder weights to {source}, which holds none. Fix: set "
+            f"encoder.name_or_path=<the pretrained encoder the run used: {cfg['encoder']['name_or_path']}>"
+        )
+    encoder = Encoder.from_settings(EncoderSettings.from_config(cfg["encoder"]), name_or_path=source,
+                                    load_weights=needs_weights)
+    module = build_module(cfg, checkpoint, encoder=encoder, encoder_source=source)
+    return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source))
 
 
 def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path: str | Path) -> Path:
@@ -113,10 +160,12 @@ def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path
     return path
 
 
-def save_model_folder(module: EncoderTaskModule, cfg: dict[str, Any], output_dir: str | Path) -> Path:
-    """A run folder ``sesame-eval model=<folder>`` reads: ``checkpoints/best.ckpt`` and
-    ``config.yaml``. Returns the checkpoint's path."""
+def save_model_folder(module: EncoderTaskModule, cfg: dict[str, Any], output_dir: str | Path,
+                      tokenizer: PreTrainedTokenizerBase) -> Path:
+    """A self-contained run folder ``sesame-eval model=<folder>`` reads: ``checkpoints/best.ckpt``
+    (every weight), ``encoder/`` (config and tokenizer) and ``config.yaml``. Returns the checkpoint's path."""
     output_dir = Path(output_dir)
+    save_encoder_folder(module.encoder.model, tokenizer, output_dir / ENCODER_FOLDER, with_weights=False)
     ckpt = save_weights_checkpoint(module, cfg, output_dir / "checkpoints" / "best.ckpt")
     write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cfg)))
     return ckpt

@@ -138,7 +138,10 @@ class Encoder(nn.Module):
     ``num_hidden_states`` tensors [B, T, H]: index 0 is the embeddings output, index -1 the last layer.
     """
 
-    def __init__(self, name_or_path: str, dtype: str | None = None, attn_implementation: str | None = None) -> None:
+    def __init__(self, name_or_path: str, dtype: str | None = None, attn_implementation: str | None = None,
+                 load_weights: bool = True) -> None:
+        """``load_weights=False`` builds the architecture from the folder's config alone, for a
+        checkpoint that holds every encoder weight (no pretrained weights are read)."""
         super().__init__()
         path = resolve_name_or_path(name_or_path)
         kwargs: dict[str, Any] = {}
@@ -148,7 +151,10 @@ class Encoder(nn.Module):
             kwargs["attn_implementation"] = attn_implementation
         self.name_or_path = name_or_path
         self.config = AutoConfig.from_pretrained(path)
-        self.model, loading_info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
+        if load_weights:
+            self.model, loading_info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
+        else:  # every weight comes from the checkpoint loaded next
+            self.model, loading_info = AutoModel.from_config(self.config, **kwargs), {}
         # Weights the checkpoint lacks are freshly initialised; a head that would read them (BERT's
         # pooler) must know, rather than silently use random weights.
         self.missing_weights: frozenset[str] = frozenset(loading_info.get("missing_keys", ()))
@@ -159,8 +165,13 @@ class Encoder(nn.Module):
         self._takes_token_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
 
     @classmethod
-    def from_settings(cls, settings: EncoderSettings) -> Encoder:
-        return cls(settings.name_or_path, dtype=settings.dtype, attn_implementation=settings.attn_implementation)
+    def from_settings(cls, settings: EncoderSettings, name_or_path: str | None = None, load_weights: bool = True) -> Encoder:
+        """The encoder ``settings`` describe; ``name_or_path`` loads it from elsewhere (a run's
+        ``encoder/`` folder) while ``self.name_or_path`` keeps the configured name."""
+        encoder = cls(name_or_path or settings.name_or_path, dtype=settings.dtype,
+                      attn_implementation=settings.attn_implementation, load_weights=load_weights)
+        encoder.name_or_path = settings.name_or_path
+        return encoder
 
     def has_pretrained(self, prefix: str) -> bool:
         """Whether ``model.<prefix>`` exists and came from the checkpoint, not a fresh initialisation."""

@@ -6,48 +6,66 @@ validate / test path a training run ends with (``tasks/module.py``).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from sesame.tasks.checkpoints import build_module, checkpoint_config, is_hf_model_folder, read_checkpoint
+from sesame.tasks.checkpoints import build_module, is_hf_model_folder, load_trained
 from sesame.tasks.compression.int8 import QUANTIZED_TRAINER, is_quantized
 from sesame.tasks.encoder import check_tokenizer_fits
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.run_lock import holds_run_folder
 from sesame.tasks.runner import build_datamodule, build_trainer, config_with_data, finish_run, flat_metrics
+from sesame.tasks.trained_overrides import check_overridable, override_keys, select_overrides
+
+log = logging.getLogger(__name__)
 
 
-def load_for_evaluation(cfg: DictConfig) -> tuple[EncoderTaskModule | None, DictConfig]:
+def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple[EncoderTaskModule | None, DictConfig]:
     """The module to evaluate (None for a Hugging Face folder: built once its data is read), and the
-    config its data must be read with."""
+    config its data must be read with.
+
+    ``overrides`` are the command line's (Hydra's ``key=value`` strings): for a trained sesame model,
+    its own config is the base and the ``encoder.*`` / ``head.*`` settings named there are applied
+    over it (``tasks/trained_overrides.py``); its data comes from this command.
+    """
     if OmegaConf.is_missing(cfg, "model") or cfg.get("model") is None:
         raise ConfigError("sesame-eval needs model=<run folder | .ckpt | Hugging Face model folder> "
                           "(the key was called checkpoint= before)")
     source = Path(str(cfg.model)).expanduser()
     if is_hf_model_folder(source):
         return None, OmegaConf.merge(cfg, {"encoder": {"name_or_path": str(source)}})
-    ckpt_path, checkpoint = read_checkpoint(source)
-    trained = OmegaConf.create(checkpoint_config(checkpoint))
-    if trained.task.name != cfg.task.name:
-        raise ConfigError(f"{ckpt_path} was trained for task={trained.task.name}, not task={cfg.task.name}. "
-                          f"Fix: pass task={trained.task.name}")
+    keys = override_keys(overrides)
+    check_overridable(keys, source)
+    model_overrides = {k: v for k, v in select_overrides(cfg, keys).items() if not k.startswith("data.")}
+    trained = load_trained(source, overrides=model_overrides)
+    if trained.cfg["task"]["name"] != cfg.task.name:
+        raise ConfigError(f"{trained.checkpoint} was trained for task={trained.cfg['task']['name']}, not "
+                          f"task={cfg.task.name}. Fix: pass task={trained.cfg['task']['name']}")
     # The trained model's settings; this command's data files and trainer; never the training file.
     # Its label / tag set too (GLUE label_names, NER tag_names; QA data has neither key).
-    labels = {k: trained.data[k] for k in ("label_names", "tag_names") if k in trained.data}
+    trained_data = trained.cfg["data"]
+    labels = {k: trained_data[k] for k in ("label_names", "tag_names") if k in trained_data}
     data = OmegaConf.merge(cfg.data, {"train_file": None, **labels})
-    datamodule_cfg = OmegaConf.merge(trained, {"data": data, "trainer": cfg.trainer})
-    module = build_module(trained, checkpoint["state_dict"])
-    if is_quantized(trained):  # int8 kernels run on CPU
+    for key in ("max_seq_length", "doc_stride", "label_all_subwords"):
+        if key in trained_data and key in data and data[key] != trained_data[key]:
+            log.info("data.%s=%s (the model was trained with %s)", key, data[key], trained_data[key])
+    # The encoder (and its tokenizer) load from where the trained model's did.
+    encoder = {**trained.cfg["encoder"], "name_or_path": trained.encoder_folder, "tokenizer": trained.tokenizer_source}
+    datamodule_cfg = OmegaConf.merge(trained.cfg, {"data": data, "trainer": cfg.trainer, "encoder": encoder})
+    if is_quantized(trained.cfg):  # int8 kernels run on CPU
         datamodule_cfg = OmegaConf.merge(datamodule_cfg, {"trainer": QUANTIZED_TRAINER})
-    return module, datamodule_cfg
+    return trained.module, datamodule_cfg
 
 
 @holds_run_folder
-def evaluate(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
-    """Validate / test the model ``cfg.model`` names; write metrics and predictions into ``run_dir``."""
-    module, cfg = load_for_evaluation(cfg)
+def evaluate(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict[str, float]:
+    """Validate / test the model ``cfg.model`` names; write metrics and predictions into ``run_dir``.
+    ``overrides``: the command line's, see :func:`load_for_evaluation`."""
+    module, cfg = load_for_evaluation(cfg, overrides)
     datamodule = build_datamodule(cfg)
     datamodule.setup("validate")
     if module is None:  # a Hugging Face folder: the encoder loads from it, the head from its task weights

@@ -29,7 +29,8 @@ from sesame.tasks.distributed import Rows, concat_rows, gather_rows
 from sesame.tasks.encoder import Encoder, EncoderSettings, encoder_inputs
 from sesame.tasks.feature_cache import FeatureCache
 from sesame.tasks.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
-from sesame.tasks.errors import settings_check
+from sesame.tasks.encoder_store import FROZEN_KEY, weights_digest
+from sesame.tasks.errors import DataError, settings_check
 from sesame.tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,15 @@ class EncoderTaskModule(L.LightningModule):
     #: Fill values for per-token eval columns padded to a common length (default 0).
     eval_pad_values: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
+        """``encoder``: an encoder already built for ``cfg.encoder`` (loading a trained model builds it
+        from the run's ``encoder/`` folder); None loads ``cfg.encoder.name_or_path``."""
         super().__init__()
         self.cfg = as_config(cfg)
         self.save_hyperparameters({"cfg": OmegaConf.to_container(self.cfg)})
         self.task = TaskSettings.from_config(self.cfg.task)
         self.main_metric = self.task.main_metric
-        self.encoder = Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
+        self.encoder = encoder or Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
         fusion = FusionSettings.from_config(self.cfg.fusion)
         with settings_check():
             self.fusion = LayerFusion(
@@ -104,6 +107,7 @@ class EncoderTaskModule(L.LightningModule):
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):
             param.requires_grad_(False)  # no gradient reaches them: not trained (DDP needs every trained one used)
+        self._frozen_digest: str | None = None
         self.output_dir: Path | None = None
         self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
         self.distiller: Distiller | None = None  # set by the runner when distill.teacher is set
@@ -124,6 +128,53 @@ class EncoderTaskModule(L.LightningModule):
         for part in self._eval_only_parts:  # frozen parts keep dropout off while the head trains
             part.eval()
         return self
+
+    # Frozen encoder weights: stored once in the run's encoder/ folder, not in every checkpoint ---------
+    def stored_once_keys(self) -> list[str]:
+        """State-dict keys of the encoder weights this run never trains, which checkpoints leave out
+        (``tasks/encoder_store.py``): none under full fine-tuning, where the checkpoint holds them all."""
+        if self.finetune.mode == "full":
+            return []
+        return [f"encoder.{name}" for name, p in self.encoder.named_parameters() if not p.requires_grad]
+
+    def stored_once_digest(self) -> str:
+        if self._frozen_digest is None:  # they never change during a run: hashed once
+            params = dict(self.named_parameters())
+            self._frozen_digest = weights_digest((k, params[k]) for k in self.stored_once_keys())
+        return self._frozen_digest
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        keys = self.stored_once_keys()
+        if not keys:
+            return
+        state = checkpoint["state_dict"]
+        for key in keys:
+            state.pop(key, None)
+        checkpoint[FROZEN_KEY] = {"keys": keys, "digest": self.stored_once_digest(),
+                                  "encoder": str(self.encoder.name_or_path)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.fill_stored_once(checkpoint, source="the pretrained encoder")
+
+    def fill_stored_once(self, checkpoint: dict[str, Any], source: str) -> None:
+        """Put the frozen encoder weights a checkpoint left out back into its state dict, from this
+        module's encoder (loaded from ``source``), once their digest matches the recorded one."""
+        record = checkpoint.get(FROZEN_KEY)
+        if not record:
+            return
+        params = dict(self.named_parameters())
+        missing = [k for k in record["keys"] if k not in params]
+        if missing:
+            raise DataError(f"the checkpoint's frozen encoder weights ({', '.join(missing[:3])}, ...) do not exist in "
+                            f"{source}: it is not the encoder the model was trained on ({record['encoder']})")
+        digest = weights_digest((k, params[k]) for k in record["keys"])
+        if digest != record["digest"]:
+            raise DataError(
+                f"the frozen encoder weights in {source} differ from those the checkpoint was trained on "
+                f"({record['encoder']}; sha256 {record['digest'][:12]}..., found {digest[:12]}...). "
+                "Fix: point encoder.name_or_path at the pretrained weights the run used"
+            )
+        checkpoint["state_dict"].update({k: params[k].detach().clone() for k in record["keys"]})
 
     def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """All hidden states, each [B, T, H]; no graph is kept for a frozen encoder."""

@@ -33,6 +33,7 @@ from sesame.tasks.compression.distill import DistillationCallback, Distiller, Di
 from sesame.tasks.datamodule import SplitDataModule
 from sesame.tasks.distributed import is_main_process
 from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
+from sesame.tasks.encoder_store import ENCODER_FOLDER, has_weights, save_encoder_folder
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import CacheSettings, build_or_open
 from sesame.tasks.module import EncoderTaskModule, TaskSettings
@@ -129,6 +130,16 @@ def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, dat
     log.info("frozen features from %s", module.feature_cache.folder)
 
 
+def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path) -> None:
+    """``<run>/encoder/``: the encoder's config and tokenizer, and the weights the run never trains
+    (which its checkpoints then leave out; ``tasks/encoder_store.py``). Written once per run folder."""
+    folder = run_dir / ENCODER_FOLDER
+    with_weights = bool(module.stored_once_keys())
+    if (folder / "config.json").is_file() and (has_weights(folder) or not with_weights):
+        return  # a resumed run: written when it started
+    save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights)
+
+
 def check_trains(trainer: DictConfig) -> None:
     """A training run must train: ``trainer.max_epochs=0`` (without ``max_steps``) would only validate."""
     epochs, steps = trainer.get("max_epochs"), trainer.get("max_steps")
@@ -166,6 +177,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     module = build_module(cfg)
     check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
+    if is_main_process():
+        save_run_encoder(module, datamodule.tokenizer, run_dir)
     attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks = attach_distiller(distill, module)
     has_validation = datamodule.has_split("validation")

@@ -21,9 +21,10 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
-    run_dir = HydraConfig.get().runtime.output_dir
+    hydra_cfg = HydraConfig.get()
+    run_dir = hydra_cfg.runtime.output_dir
     with user_errors_are_messages():
-        evaluate(cfg, run_dir)
+        evaluate(cfg, run_dir, overrides=list(hydra_cfg.overrides.task))
     print(run_dir)
 
 

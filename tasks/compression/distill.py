@@ -31,7 +31,7 @@ from torch import Tensor
 from sesame.heads.distillation import DistillationLoss
 from sesame.tasks.atomic_files import atomic_open
 from sesame.heads.masking import masked_value
-from sesame.tasks.checkpoints import build_module, checkpoint_config, read_checkpoint
+from sesame.tasks.checkpoints import load_trained
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import default_cache_dir as feature_cache_dir
 from sesame.tasks.feature_cache import example_keys
@@ -195,11 +195,8 @@ class Distiller:
         if not settings.teacher:
             raise ConfigError("distillation needs distill.teacher (a run folder or .ckpt)")
         self.settings = settings
-        ckpt_path, checkpoint = read_checkpoint(settings.teacher, key="distill.teacher")
-        cfg = checkpoint_config(checkpoint)
-        cfg["distill"] = {**(cfg.get("distill") or {}), "teacher": None}  # a teacher never loads its own teacher
-        self.teacher = build_module(cfg, checkpoint["state_dict"])
-        del checkpoint
+        trained = load_trained(settings.teacher, key="distill.teacher")  # built without its own teacher
+        ckpt_path, self.teacher = trained.checkpoint, trained.module
         self.teacher.requires_grad_(False)
         self.teacher.eval()
         check_compatible(self.teacher, student)

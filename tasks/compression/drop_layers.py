@@ -24,7 +24,7 @@ from transformers import AutoModel, PreTrainedModel
 from sesame.tasks.atomic_files import write_json_atomic
 from sesame.tasks.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
 from sesame.tasks.compression.int8 import is_quantized
-from sesame.tasks.encoder import EncoderSettings, find_layer_stack, load_tokenizer, resolve_name_or_path
+from sesame.tasks.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
 from sesame.tasks.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -114,10 +114,11 @@ def drop_layers(
         model = AutoModel.from_pretrained(path)
         tokenizer = load_tokenizer(path)
     else:
-        teacher, cfg = load_trained(source)
+        trained = load_trained(source)
+        teacher, cfg = trained.module, trained.cfg
         if is_quantized(cfg):
             raise ConfigError(f"{source} is quantised; drop layers from the float checkpoint")
-        model, tokenizer = teacher.encoder.model, load_tokenizer(EncoderSettings.from_config(cfg["encoder"]))
+        model, tokenizer = teacher.encoder.model, trained.tokenizer()
     layers = select_layers(int(model.config.num_hidden_layers), keep, num_keep)
     student = drop_model_layers(model, layers)
     student.save_pretrained(encoder_dir)
@@ -127,14 +128,15 @@ def drop_layers(
         "source_num_layers": int(model.config.num_hidden_layers), "encoder": str(encoder_dir),
     }
     if teacher is not None and not encoder_only:
-        report["checkpoint"] = str(_write_student_checkpoint(teacher, cfg, encoder_dir, output_dir, layers, source))
+        report["checkpoint"] = str(_write_student_checkpoint(teacher, cfg, encoder_dir, output_dir, layers, source, tokenizer))
     write_json_atomic(output_dir / "compression.json", report)
     log.info("kept layers %s of %d -> %s", layers, report["source_num_layers"], encoder_dir)
     return report
 
 
 def _write_student_checkpoint(
-    teacher: nn.Module, cfg: dict[str, Any], encoder_dir: Path, output_dir: Path, layers: list[int], source: str | Path
+    teacher: nn.Module, cfg: dict[str, Any], encoder_dir: Path, output_dir: Path, layers: list[int], source: str | Path,
+    tokenizer: Any,
 ) -> Path:
     """The teacher's task model on the student encoder, with the fusion and head weights copied."""
     cfg = copy.deepcopy(cfg)
@@ -150,4 +152,4 @@ def _write_student_checkpoint(
                          "a fusion over the teacher's layers (e.g. fusion=scalar_mix) has no counterpart; "
                          "use --encoder-only and train the student's head")
     student.load_state_dict({**own, **head})
-    return save_model_folder(student, cfg, output_dir)
+    return save_model_folder(student, cfg, output_dir, tokenizer)

@@ -12,13 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sesame.tasks.atomic_files import write_json_atomic
-from sesame.tasks.checkpoints import (
-    build_module,
-    checkpoint_config,
-    read_checkpoint,
-    save_model_folder,
-    state_dict_bytes,
-)
+from sesame.tasks.checkpoints import load_trained, save_model_folder, state_dict_bytes
 from sesame.tasks.compression.int8 import count_quantized_linear, is_quantized, quantize_module
 from sesame.tasks.errors import ConfigError
 
@@ -27,18 +21,17 @@ log = logging.getLogger(__name__)
 
 def quantize_checkpoint(source: str | Path, output_dir: str | Path) -> dict[str, Any]:
     """Quantise the model of ``source`` (.ckpt or run folder) into ``output_dir``; returns the report."""
-    ckpt_path, checkpoint = read_checkpoint(source)
-    cfg = checkpoint_config(checkpoint)
+    trained = load_trained(source)
+    ckpt_path, cfg, module = trained.checkpoint, trained.cfg, trained.module
     if is_quantized(cfg):
         raise ConfigError(f"{ckpt_path} is already quantised")
-    module = build_module(cfg, checkpoint["state_dict"])
     float_bytes = state_dict_bytes(module)
     quantize_module(module)
     quantized, left = count_quantized_linear(module)
     cfg["compression"] = {**(cfg.get("compression") or {}), "quantized": True, "method": "dynamic_int8",
                           "source": str(Path(ckpt_path).resolve())}
     output_dir = Path(output_dir)
-    save_model_folder(module, cfg, output_dir)
+    save_model_folder(module, cfg, output_dir, trained.tokenizer())
     report = {
         "source": str(ckpt_path),
         "method": "dynamic_int8",

@@ -18,6 +18,7 @@ from sesame.tasks.errors import ConfigError, settings_check
 from sesame.tasks.glue.metrics import compute_metrics
 from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.hf_weights import load_prefixed_weights
+from sesame.tasks.encoder import Encoder
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.settings import Settings
 
@@ -45,8 +46,8 @@ class SentenceClassificationModule(EncoderTaskModule):
     each logs the task's GLUE metrics as ``<stage>_<metric>`` and writes ``<stage>_<TASK>.tsv``.
     """
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
+        super().__init__(cfg, encoder)
         data_module = get_class(self.task.datamodule)  # it knows how its data settings define the task
         self.spec = data_module.task_spec(data_module.settings_class.from_config(self.cfg.data))
         self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())

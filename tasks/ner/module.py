@@ -21,6 +21,7 @@ from sesame.heads.masking import IGNORE_INDEX
 from sesame.heads.tagger import TokenTaggerHead
 from sesame.tasks.distributed import Rows
 from sesame.tasks.errors import ConfigError
+from sesame.tasks.encoder import Encoder
 from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.ner.data import NerDataSettings, load_tag_names
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
@@ -49,8 +50,8 @@ class NerModule(EncoderTaskModule):
     eval_key = ("example_index", "word_index")
     eval_unit = "example_index"
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
+        super().__init__(cfg, encoder)
         data = NerDataSettings.from_config(self.cfg.data)
         names = data.tag_names or load_tag_names(data)
         if not data.tag_names:  # saved with the checkpoint, so loading it needs no training file

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from sesame.heads.span_pointer import SpanPointerHead
 from sesame.tasks.distributed import Rows
 from sesame.tasks.hf_weights import load_prefixed_weights
+from sesame.tasks.encoder import Encoder
 from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.qa.data import SquadDataSettings
 from sesame.tasks.qa.metrics import compute
@@ -46,8 +47,8 @@ class SquadModule(EncoderTaskModule):
     eval_unit = "example_index"
     eval_pad_values = {"offsets": -1}
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
+        super().__init__(cfg, encoder)
         self.version_2 = SquadDataSettings.from_config(self.cfg.data).version_2_with_negative
         self.decoding = SpanHeadSettings.from_config(self.cfg.head)
         self.head = SpanPointerHead(self.feature_size, allow_null=self.version_2)

@@ -76,14 +76,15 @@ def test_the_student_folder_loads_with_k_layers_and_the_kept_weights(tiny_bert_d
 def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cfg, tmp_path, task):
     run = tmp_path / "run"
     trained = train(make_cfg(f"task={task}", "data.max_eval_examples=32"), run)
-    teacher, _ = load_trained(run)
+    teacher = load_trained(run).module
     out = subprocess.run(
         [sys.executable, "-m", "sesame.tasks.compression.cli", "drop-layers", str(run), str(tmp_path / "s"), "--keep", "bottom", "--num-layers", "3"],
         capture_output=True, text=True, check=True,
     )
     report = json.loads(out.stdout)
     assert report["kept_layers"] == [0, 1, 2] and report["source_num_layers"] == 4
-    student, cfg = load_trained(tmp_path / "s")
+    student_model = load_trained(tmp_path / "s")
+    student, cfg = student_model.module, student_model.cfg
     assert cfg["encoder"]["name_or_path"] == str((tmp_path / "s" / "encoder").resolve())
     assert student.encoder.num_hidden_states == 4
     # The fine-tuned (not the pretrained) layer 2, and the teacher's head.

@@ -64,7 +64,8 @@ def test_a_quantized_checkpoint_evaluates_through_sesame_eval(make_cfg, glue_run
     run, trained = glue_run
     report = quantize_checkpoint(run, tmp_path / "int8")
     assert report["quantized_linear_layers"] > 0 and report["float_linear_layers"] == 0
-    module, cfg = load_trained(tmp_path / "int8")
+    int8 = load_trained(tmp_path / "int8")
+    module, cfg = int8.module, int8.cfg
     assert is_quantized(cfg) and count_quantized_linear(module)[1] == 0
     got = evaluate(make_cfg("data.max_eval_examples=64", f"++model={tmp_path / 'int8'}"), tmp_path / "eval")
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
