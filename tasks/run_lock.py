@@ -31,15 +31,15 @@ def _holder_alive(holder: dict) -> bool:
     return True
 
 
-def holds_run_folder(run: Callable[[Any, Path], T]) -> Callable[[Any, str | Path], T]:
-    """``run(cfg, run_dir)`` with ``run_dir`` created and held (:func:`run_folder_lock`) while it runs."""
+def holds_run_folder(run: Callable[..., T]) -> Callable[..., T]:
+    """``run(cfg, run_dir, **kwargs)`` with ``run_dir`` created and held (:func:`run_folder_lock`) while it runs."""
 
     @functools.wraps(run)
-    def held(cfg: Any, run_dir: str | Path) -> T:
+    def held(cfg: Any, run_dir: str | Path, **kwargs: Any) -> T:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         with run_folder_lock(run_dir):
-            return run(cfg, run_dir)
+            return run(cfg, run_dir, **kwargs)
 
     return held
 

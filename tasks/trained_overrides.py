@@ -23,7 +23,7 @@ from sesame.tasks.errors import ConfigError
 log = logging.getLogger(__name__)
 
 #: Config groups whose settings define the trained network: no override can apply to its weights.
-FIXED_GROUPS = ("fusion", "pooling", "finetune", "task", "compression")
+FIXED_GROUPS = ("fusion", "pooling", "finetune", "compression")
 #: Groups a trained model's settings may be overridden in.
 OVERRIDABLE_GROUPS = ("encoder", "head", "data")
 #: Head settings that size trained weights (``head.crf`` adds transition weights).

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from sesame.tasks.checkpoints import resolve_resume
 from sesame.tasks.errors import MissingFileError
@@ -78,6 +79,20 @@ def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir
     assert resumed == metrics  # bit-identical
     assert json.loads((run / "metrics.json").read_text()) == resumed
     assert (run / "val_SST-2.tsv").read_text() == predictions
+
+
+def test_a_top_k_run_resumes_exactly_from_checkpoints_without_its_frozen_weights(make_cfg, tiny_bert_dir, tmp_path):
+    # Its checkpoints leave the untrained encoder weights to <run>/encoder/ (tasks/encoder_store.py).
+    overrides = [*OVERRIDES, "finetune=top_k", "finetune.top_k=1"]
+    metrics = train(make_cfg(*overrides), tmp_path / "straight")
+    run = tmp_path / "killed"
+    base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *overrides],
+                            env={**os.environ, "KILL": "train:3:SIGKILL"}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert "sesame_frozen_encoder" in torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert train(make_cfg(*overrides, "resume=true"), run) == metrics
+    assert (run / "val_SST-2.tsv").read_text() == (tmp_path / "straight" / "val_SST-2.tsv").read_text()
 
 
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
