@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from sesame.tasks.finetune import plain_state_dict
+
 #: The run-folder entry holding the encoder's config, tokenizer and (frozen runs) weights.
 ENCODER_FOLDER = "encoder"
 #: The checkpoint key recording the frozen encoder weights left out of its state dict.
@@ -40,8 +42,8 @@ def save_encoder_folder(model: nn.Module, tokenizer: PreTrainedTokenizerBase, fo
     ``model`` is the Hugging Face model (``Encoder.model``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if with_weights:
-        model.save_pretrained(folder)
+    if with_weights:  # as the plain pretrained model (finetune=lora injects adapters into it)
+        model.save_pretrained(folder, state_dict=plain_state_dict(model))
     else:
         model.config.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -5,6 +5,12 @@
   are kept for it.
 - ``full``: every parameter trains.
 - ``top_k``: only the top ``k`` transformer layers train (embeddings and lower layers frozen).
+- ``bitfit``: only the encoder's bias terms train (Ben Zaken et al., 2022), at ``encoder_lr``.
+- ``lora``: low-rank adapters (Hu et al., 2021; the ``peft`` library) on the attention projections
+  train at ``encoder_lr``, the pretrained weights stay frozen.
+
+In every mode the fusion and the task head train, at ``head_lr``. Encoder weights a mode does not
+train are stored once per run, not in each checkpoint (``tasks/encoder_store.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ from sesame.tasks.encoder import Encoder
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.settings import Settings
 
-FINETUNE_MODES = ("frozen", "full", "top_k")
+FINETUNE_MODES = ("frozen", "full", "top_k", "bitfit", "lora")
+
+#: LoRA target modules per ``config.model_type`` where peft's own table has none.
+LORA_TARGETS = {"distilbert": ("q_lin", "v_lin"), "albert": ("query", "value"), "mobilebert": ("query", "value"),
+                "longformer": ("query", "value"), "mpnet": ("q", "v"), "modernbert": ("Wqkv",)}
 
 
 @dataclass(frozen=True)
@@ -35,10 +45,22 @@ class FinetuneSettings(Settings):
     weight_decay: float
     warmup_ratio: float
     adam_epsilon: float
+    # finetune=lora only (conf/finetune/lora.yaml)
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+    lora_dropout: float | None = None
+    lora_target_modules: tuple[str, ...] | None = None  # null: the encoder family's attention projections
 
     def __post_init__(self) -> None:
         if self.mode not in FINETUNE_MODES:
             raise ConfigError(f"finetune.mode={self.mode!r} is not one of {', '.join(FINETUNE_MODES)}")
+        if self.mode == "lora":
+            for key in ("lora_rank", "lora_alpha", "lora_dropout"):
+                if getattr(self, key) is None:
+                    raise ConfigError(f"finetune.mode=lora needs finetune.{key} (see conf/finetune/lora.yaml)")
+            if self.lora_rank < 1 or not 0 <= self.lora_dropout < 1:
+                raise ConfigError(f"finetune.lora_rank={self.lora_rank} must be >= 1 and finetune.lora_dropout="
+                                  f"{self.lora_dropout} in [0, 1)")
         if self.mode == "top_k" and self.top_k < 1:
             raise ConfigError("finetune.mode=top_k needs finetune.top_k >= 1 (how many top layers train)")
         positive = ["head_lr", "adam_epsilon"] + ([] if self.mode == "frozen" else ["encoder_lr"])
@@ -60,6 +82,14 @@ def apply_finetune_mode(encoder: Encoder, settings: FinetuneSettings) -> list[nn
     encoder.requires_grad_(False)
     if settings.mode == "frozen":
         return [encoder]
+    if settings.mode == "bitfit":
+        for name, param in encoder.named_parameters():
+            if name.endswith(".bias"):
+                param.requires_grad_(True)
+        return []
+    if settings.mode == "lora":
+        add_lora(encoder, settings)
+        return []
     layers = encoder.layers()
     if settings.top_k > len(layers):
         raise ConfigError(f"finetune.top_k={settings.top_k} but {encoder.name_or_path} has only {len(layers)} layers")
@@ -72,6 +102,46 @@ def apply_finetune_mode(encoder: Encoder, settings: FinetuneSettings) -> list[nn
             child.requires_grad_(True)
     # The frozen embeddings and lower layers keep dropout off.
     return [*layers[: len(layers) - settings.top_k], *embeddings]
+
+
+def lora_targets(encoder: Encoder, settings: FinetuneSettings) -> list[str]:
+    """``finetune.lora_target_modules``, else the attention projections of the encoder's family."""
+    if settings.lora_target_modules:
+        return list(settings.lora_target_modules)
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
+
+    family = str(getattr(encoder.config, "model_type", ""))
+    targets = PEFT_TARGETS.get(family) or LORA_TARGETS.get(family)
+    if not targets:
+        raise ConfigError(f"finetune.mode=lora: no default LoRA target modules for the {family!r} family. Fix: set "
+                          "finetune.lora_target_modules=[<names of its attention Linear layers>]")
+    return list(targets)
+
+
+def add_lora(encoder: Encoder, settings: FinetuneSettings) -> None:
+    """Inject LoRA adapters into ``encoder.model`` in place; only they train (the model stays a plain
+    Hugging Face model, so fusion, top-k logic and checkpoints see the same module tree)."""
+    try:
+        from peft import LoraConfig, inject_adapter_in_model
+    except ImportError as err:
+        raise ConfigError("finetune.mode=lora needs the peft package: pip install 'sesame[lora]'") from err
+    targets = lora_targets(encoder, settings)
+    names = {name.rsplit(".", 1)[-1] for name, _ in encoder.model.named_modules()}
+    absent = [t for t in targets if t not in names]
+    if absent:
+        raise ConfigError(f"finetune.lora_target_modules: {', '.join(absent)} not found in {encoder.name_or_path} "
+                          f"({type(encoder.model).__name__}). Fix: name its attention Linear layers")
+    config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                        target_modules=targets, bias="none")
+    inject_adapter_in_model(config, encoder.model)
+    for name, param in encoder.model.named_parameters():
+        param.requires_grad_("lora_" in name)
+
+
+def plain_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict of a model with LoRA adapters injected, as the plain model's (adapters left out,
+    base weights under their own names): what ``from_pretrained`` of the pretrained model reads."""
+    return {k.replace(".base_layer.", "."): v for k, v in model.state_dict().items() if "lora_" not in k}
 
 
 def _contains(parent: nn.Module, child: nn.Module) -> bool:

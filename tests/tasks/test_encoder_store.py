@@ -15,6 +15,7 @@ from sesame.tasks.errors import ConfigError, DataError, MissingFileError
 from sesame.tasks.evaluation import evaluate
 from sesame.tasks.runner import train
 from sesame.tasks.trained_overrides import apply_overrides, override_keys
+from tests.conftest import require
 
 SMALL = ["data.max_train_examples=64", "data.max_eval_examples=48"]
 
@@ -29,9 +30,11 @@ def _train_on_a_copy(make_cfg, tiny_bert_dir, tmp_path, *overrides):
     return run, metrics
 
 
-@pytest.mark.parametrize("finetune", ["frozen", "top_k", "full"])
+@pytest.mark.parametrize("finetune", ["frozen", "top_k", "bitfit", "lora", "full"])
 def test_a_run_evaluates_after_its_pretrained_folder_is_deleted(make_cfg, tiny_bert_dir, tmp_path, finetune):
-    extra = ["finetune.top_k=1"] if finetune == "top_k" else []
+    if finetune == "lora":
+        require("peft")
+    extra = {"top_k": ["finetune.top_k=1"], "lora": ["finetune.lora_rank=2"]}.get(finetune, [])
     run, metrics = _train_on_a_copy(make_cfg, tiny_bert_dir, tmp_path, f"finetune={finetune}", *extra)
     got = evaluate(make_cfg(*SMALL, f"++model={run}"), tmp_path / "eval")
     assert got["val_accuracy"] == metrics["val_accuracy"]
@@ -45,13 +48,15 @@ def test_a_run_evaluates_after_its_pretrained_folder_is_deleted(make_cfg, tiny_b
         assert FROZEN_KEY not in checkpoint and not (run / "encoder" / "model.safetensors").exists()
         assert any(k.endswith("embeddings.word_embeddings.weight") for k in encoder_keys)
     else:  # the untrained weights once, in encoder/, and only their names and digest in the checkpoint
-        stored = load_file(run / "encoder" / "model.safetensors")
+        stored = load_file(run / "encoder" / "model.safetensors")  # the plain pretrained model's names
         record = checkpoint[FROZEN_KEY]
         assert record["keys"] and not set(record["keys"]) & set(encoder_keys)
-        assert record["digest"] == weights_digest((k, stored[k.removeprefix("encoder.model.")]) for k in record["keys"])
-        trains_layer_3 = finetune == "top_k"
-        assert any(".layer.3." in k for k in encoder_keys) == trains_layer_3
+        assert record["digest"] == weights_digest(
+            (k, stored[k.removeprefix("encoder.model.").replace(".base_layer.", ".")]) for k in record["keys"])
         assert not any("word_embeddings" in k for k in encoder_keys)
+        kept = {"frozen": lambda k: False, "top_k": lambda k: ".layer.3." in k, "bitfit": lambda k: k.endswith(".bias"),
+                "lora": lambda k: "lora_" in k}[finetune]
+        assert encoder_keys and all(kept(k) for k in encoder_keys) if finetune != "frozen" else not encoder_keys
 
 
 def test_other_frozen_weights_than_the_trained_ones_are_refused(make_cfg, tiny_bert_dir, tmp_path):

@@ -8,6 +8,7 @@ from sesame.tasks.errors import ConfigError
 from sesame.tasks.finetune import FinetuneSettings, parameter_groups
 from sesame.tasks.glue.module import SentenceClassificationModule
 from sesame.tasks.runner import build_datamodule, config_with_data
+from tests.conftest import require
 
 
 def _fit(cfg, steps: int = 3):
@@ -77,3 +78,34 @@ def test_bad_settings_are_named(make_cfg):
         FinetuneSettings.from_config(make_cfg("+finetune.lr=1e-3").finetune)
     with pytest.raises(ConfigError, match="finetune.head_lr"):  # defaults live in conf/ only
         FinetuneSettings.from_config({k: v for k, v in make_cfg().finetune.items() if k != "head_lr"})
+
+
+def test_bitfit_trains_only_the_encoder_biases(make_cfg):
+    module, before = _fit(make_cfg("finetune=bitfit"))
+    changed = _changed(module, before, "encoder.")
+    assert changed and all(k.endswith(".bias") for k in changed)
+    assert any(".layer.0." in k for k in changed)  # every layer's biases, not only the top ones
+    trainable = {n for n, p in module.encoder.named_parameters() if p.requires_grad}
+    assert trainable and all(n.endswith(".bias") for n in trainable)
+
+
+def test_lora_trains_only_adapters_on_the_attention_projections(make_cfg):
+    require("peft")
+    module, before = _fit(make_cfg("finetune=lora", "finetune.lora_rank=2"))
+    changed = _changed(module, before, "encoder.")
+    assert changed and all("lora_" in k for k in changed), "the pretrained weights stay frozen"
+    trainable = [n for n, p in module.encoder.named_parameters() if p.requires_grad]
+    # BERT's default targets: query and value of every layer, lora_A and lora_B each.
+    assert len(trainable) == 4 * 2 * 2 and all("lora_" in n and (".query." in n or ".value." in n) for n in trainable)
+    after = dict(module.encoder.named_parameters())
+    # lora_B starts at zero, so a trained adapter is one whose B moved.
+    assert any(after[n].abs().sum() > 0 for n in trainable if "lora_B" in n)
+    with pytest.raises(ConfigError, match="lora_target_modules"):
+        SentenceClassificationModule(config_with_data(make_cfg("finetune=lora", "finetune.lora_target_modules=[q_lin]"),
+                                                      _datamodule(make_cfg())))
+
+
+def _datamodule(cfg):
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    return dm
