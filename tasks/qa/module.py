@@ -18,13 +18,14 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from sesame.heads.calibration import confidence_ece
 from sesame.heads.span_pointer import SpanPointerHead
 from sesame.tasks.distributed import Rows
 from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.encoder import Encoder
 from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.qa.data import SquadDataSettings
-from sesame.tasks.qa.metrics import compute
+from sesame.tasks.qa.metrics import compute, raw_scores_v2
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
 from sesame.tasks.settings import Settings
 
@@ -94,7 +95,12 @@ class SquadModule(EncoderTaskModule):
         answers = {qid: p.text for qid, p in preds.items()}
         na_probs = {qid: p.null_score_diff for qid, p in preds.items()} if self.version_2 else None
         # na_prob_thresh = the decoder's threshold, so exact/f1 score exactly the written predictions.
-        return compute(self.metric_version, gold, answers, na_probs, self.decoding.null_score_diff_threshold)
+        metrics = compute(self.metric_version, gold, answers, na_probs, self.decoding.null_score_diff_threshold)
+        # Calibration of the answers' n-best probabilities against exact match (0-1 scale, 15 bins).
+        exact, _ = raw_scores_v2(gold, answers)
+        metrics["ece"] = confidence_ece(torch.tensor([preds[q].confidence for q in exact], dtype=torch.float64),
+                                        torch.tensor([exact[q] > 0 for q in exact]))
+        return metrics
 
     def _write_predictions(self, stage: str, preds: dict[str, QuestionPrediction]) -> None:
         prefix = "" if stage == "val" else f"{stage}_"

@@ -54,6 +54,11 @@ class QuestionPrediction:
     null_score: float | None = None
     null_score_diff: float | None = None
 
+    @property
+    def confidence(self) -> float:
+        """The n-best probability of the final answer (of the null entry when it is ""); 0 if unlisted."""
+        return next((e["probability"] for e in self.nbest if e["text"] == self.text), 0.0)
+
 
 def _softmax(scores: Sequence[float]) -> list[float]:
     x = np.asarray(scores, dtype=np.float64)

@@ -8,7 +8,7 @@ from torch.nn import functional as F
 from sesame.heads.calibration import TemperatureScaling, confidence_ece, expected_calibration_error
 
 
-def _ece_by_loop(confidence, correct, n_bins=15):
+def ece_by_loop(confidence, correct, n_bins=15):
     total, n = 0.0, len(confidence)
     for b in range(n_bins):
         lo, hi = b / n_bins, (b + 1) / n_bins
@@ -26,7 +26,7 @@ def test_ece_equals_the_per_bin_definition():
     confidence[:3] = [0.0, 1.0, 2 / 15]  # the bin edges
     correct = rng.uniform(0, 1, 500) < confidence ** 2
     got = confidence_ece(torch.tensor(confidence), torch.tensor(correct))
-    assert got == pytest.approx(_ece_by_loop(confidence.tolist(), correct.tolist()), abs=1e-12)
+    assert got == pytest.approx(ece_by_loop(confidence.tolist(), correct.tolist()), abs=1e-12)
     assert got > 0.05  # over-confident by construction
 
 

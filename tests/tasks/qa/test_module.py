@@ -14,11 +14,12 @@ import torch
 
 from sesame.tasks.cli.score import main as score_main
 from sesame.tasks.evaluation import evaluate
-from sesame.tasks.qa.metrics import gold_from_dataset, squad_v1
+from sesame.tasks.qa.metrics import exact_match_score, gold_from_dataset, squad_v1
 from sesame.tasks.qa.module import SquadModule
 from sesame.tasks.qa.predictions import decode_predictions
 from sesame.tasks.qa.readers import read_squad
 from sesame.tasks.runner import build_datamodule, train
+from tests.heads.test_calibration import ece_by_loop
 
 SMALL = [
     "data.max_seq_length=96", "data.doc_stride=32",  # several windows per dev question
@@ -76,6 +77,10 @@ def test_squad_v1_train_eval_files_and_checkpoint(make_cfg, tmp_path, capsys):
     cli = _score_cli(capsys, "squad_v1", run / "predictions.json", subset)
     assert cli == pytest.approx({"exact_match": metrics["val_exact_match"], "f1": metrics["val_f1"]})
     assert (run / "test_predictions.json").is_file()
+    # ECE of the answers' n-best probabilities against exact match, from the written files.
+    confidence = [next(c["probability"] for c in nbest[q] if c["text"] == preds[q]) for q in preds]
+    correct = [max(exact_match_score(preds[q], g) for g in gold[q]) for q in preds]
+    assert metrics["val_ece"] == pytest.approx(ece_by_loop(confidence, correct), abs=1e-9)
 
     # The checkpoint rebuilds the module; training moved the head away from its seeded init.
     ckpt = run / "checkpoints" / "best.ckpt"
