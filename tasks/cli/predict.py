@@ -1,5 +1,164 @@
-"""``sesame-predict``: placeholder until the predictor lands (see tasks/predictor.py)."""
+"""``sesame-predict``: a trained model's predictions on raw input, JSON lines in and out.
+
+The predictors are ``tasks/predictor.py`` (``Predictor.from_run``, also the Python API) and the
+tasks' ``predict.py``; this file reads the command line and the input, and writes the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from sesame.tasks.atomic_files import atomic_open
+from sesame.tasks.cli.errors import user_errors_are_messages
+from sesame.tasks.errors import ConfigError, DataError, MissingFileError
+
+EPILOG = """\
+MODEL is a run folder (its checkpoints/best.ckpt, else last.ckpt), a .ckpt file, or an ONNX export
+folder (sesame-export; holds model.onnx). INPUT is a file of JSON lines, or - / nothing for stdin.
+One JSON object comes out per input line, in input order; an input's "id" is copied to its output.
+
+question answering (task=squad_v1 / squad_v2): {"question", "context"[, "id"]}, contexts of any length
+  echo '{"id": "q1", "question": "Who won?", "context": "Marie Curie won the prize."}' \\
+    | sesame-predict outputs/squad_v1/<run>
+  -> {"id": "q1", "answer": "Marie Curie", "char_start": 0, "char_end": 11, "score": 9.1, "probability": 0.87}
+  sesame-predict outputs/squad_v2/<run> questions.jsonl -o answers.jsonl --n-best 5 \\
+    --set head.null_score_diff_threshold=1.5
+  (v2 adds "null_score_diff"; "answer" is "" when the question has no answer in the context)
+
+classification (task=glue / text_classification): {"text"[, "text_pair"]}
+  echo '{"text": "a gripping, funny film"}' | sesame-predict outputs/glue/<run>
+  -> {"label": "1", "probabilities": {"0": 0.08, "1": 0.92}}
+  echo '{"text": "a man sleeps", "text_pair": "a man is awake"}' | sesame-predict outputs/rte/<run>
+  (regression models, e.g. STS-B, give {"score": 3.8}; multi-label models {"labels": [...], "probabilities": {...}})
+
+named entities (task=ner): {"text"} raw text, or {"tokens": [...]} words split beforehand
+  echo '{"text": "Marie Curie lived in Paris."}' | sesame-predict outputs/ner/<run>
+  -> {"entities": [{"type": "person", "text": "Marie Curie", "char_start": 0, "char_end": 11, "score": 0.9}],
+      "tokens": ["Marie", "Curie", "lived", "in", "Paris", "."], "tags": ["B-person", "I-person", "O", ...]}
+  Raw text is split into words and punctuation (a word: letters/digits/_, also across an inner - or ');
+  give "tokens" to split it as the training data was.
+
+--set KEY=VALUE changes a decoding or data setting of the trained model (head.*, data.*, encoder.*;
+not those its weights depend on), e.g. --set head.max_answer_length=50 --set data.doc_stride=64.
+Exit status: 0 on success; 2 on bad input or settings (one line naming the input line and the fix).
+"""
 
 
-def main() -> None:  # pragma: no cover - replaced by the predictor's CLI
-    raise SystemExit("sesame-predict is not built yet")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sesame-predict",
+        description="Predict with a trained sesame model on raw input: JSON lines in, JSON lines out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", metavar="MODEL", help="run folder, .ckpt file or ONNX export folder")
+    parser.add_argument("input", metavar="INPUT", nargs="?", default="-", help="JSON-lines file; - or nothing: stdin")
+    parser.add_argument("-o", "--output", metavar="OUTPUT", default=None,
+                        help="write JSON lines here (whole or not at all); default: stdout")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="windows run at once (default: the model's data.eval_batch_size)")
+    parser.add_argument("--n-best", type=int, default=0, metavar="K", help="QA: list the K best answers (\"nbest\")")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a head.* / data.* / encoder.* setting of the model (repeatable)")
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=None,
+                          help="show a progress bar on stderr (default: when INPUT is a file and stderr a terminal)")
+    progress.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    return parser
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["head.n_best_size=5", "data.doc_stride=64"]`` -> ``{"head.n_best_size": 5, ...}`` (values read as YAML)."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or "." not in key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. --set head.max_answer_length=50")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            overrides[key.strip()] = value
+    return overrides
+
+
+def count_lines(path: Path) -> int:
+    """Non-blank lines of ``path`` (the progress bar's total)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+@contextlib.contextmanager
+def open_input(name: str) -> Iterator[tuple[IO[str], str, Path | None]]:
+    """``(text handle, its name for errors, the file or None for stdin)``."""
+    if name == "-":
+        yield sys.stdin, "<stdin>", None
+        return
+    path = Path(name).expanduser()
+    with open(path, encoding="utf-8") as handle:
+        yield handle, str(path), path
+
+
+def utf8_lines(handle: IO[str], source: str) -> Iterator[str]:
+    """The lines of ``handle``; text that is not UTF-8 is a :class:`DataError`, not a crash."""
+    try:
+        yield from handle
+    except UnicodeDecodeError as err:
+        raise DataError(f"{source}: not UTF-8 text ({err.reason} at byte {err.start} of a read block). "
+                        "Fix: re-save it as UTF-8") from None
+
+
+@contextlib.contextmanager
+def open_output(name: str | None) -> Iterator[IO[str]]:
+    if name is None or name == "-":
+        yield sys.stdout
+        return
+    with atomic_open(Path(name).expanduser()) as handle:
+        yield handle
+
+
+def run(args: argparse.Namespace) -> None:
+    from sesame.tasks.predictor import Predictor, runner_for  # torch, transformers: not needed for --help
+
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")
+    if args.n_best < 0:
+        raise ConfigError(f"--n-best {args.n_best}: must be 0 or more")
+    if not Path(args.model).expanduser().exists():
+        raise MissingFileError(f"MODEL {args.model!r}: no such run folder, .ckpt file or ONNX folder")
+    if args.input != "-" and not Path(args.input).expanduser().is_file():  # before the model loads
+        raise MissingFileError(f"INPUT {args.input!r}: no such file (give a JSON-lines file, or - for stdin)")
+    runner = runner_for(args.model, parse_overrides(args.overrides))
+    kwargs: dict[str, Any] = {"batch_size": args.batch_size}
+    if args.n_best:
+        task = runner.cfg["task"]["name"]
+        if not task.startswith("squad"):
+            raise ConfigError(f"--n-best applies to question answering models; {args.model} is a {task} model")
+        kwargs["n_best"] = args.n_best
+    predictor = Predictor.from_runner(runner, **kwargs)
+    with open_input(args.input) as (handle, source, path):
+        show = args.progress if args.progress is not None else path is not None and sys.stderr.isatty()
+        total = count_lines(path) if show and path is not None else None
+        outputs = predictor.predict_json_lines(utf8_lines(handle, source), source=source, progress=show, total=total)
+        with open_output(args.output) as out:
+            for output in outputs:
+                out.write(json.dumps(output, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_intermixed_args(argv)  # MODEL --n-best 3 INPUT works too
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    with user_errors_are_messages():
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Named entities (any BIO tagging) of raw text or pre-split words (``task=ner``).
+
+Input, one per line: ``{"text": "Marie Curie lived in Paris."}`` or ``{"tokens": ["Marie", "Curie", ...]}``
+(optional ``"id"``). Raw text is split into words by :data:`WORD_PATTERN`: a word is a run of
+letters, digits and underscores, which may continue over a hyphen or apostrophe followed by more of
+them (``state-of-the-art``, ``O'Neil``, ``don't``); every other non-space character (punctuation,
+symbols, emoji) is a word of its own; whitespace separates words and is never part of one. Models
+trained on differently split text (e.g. ``n't`` as its own token, ``@user`` as one) do best with
+``"tokens"`` split the way their training data was. The words are then tokenised exactly as in
+training (``tasks/ner/windows.py``: sub-words, windows of whole words for long inputs).
+
+Output::
+
+    {"entities": [{"type": "person", "text": "Marie Curie", "char_start": 0, "char_end": 11, "score": 0.93}],
+     "tokens": ["Marie", "Curie", "lived", "in", "Paris", "."], "tags": ["B-person", "I-person", "O", "O", "B-location", "O"]}
+
+One tag per word (read at its first sub-token, decoded by the head: argmax, or CRF Viterbi).
+Entities are read from the tags as the model's ``task.entity_metric`` reads them
+(``tasks/ner/metrics.py``: with ``conlleval`` an ``I-X`` after ``O`` starts an entity). Char offsets
+are into ``text``; for ``"tokens"`` input into the words joined by single spaces, which is then
+the entity's ``text``. ``score`` is the mean, over the entity's words, of the softmax probability of
+the word's predicted tag at its first sub-token, also for a CRF model (whose tags come from
+Viterbi; the CRF's own marginals are not computed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from sesame.heads.masking import IGNORE_INDEX
+from sesame.tasks.batching import PaddingCollator
+from sesame.tasks.errors import DataError
+from sesame.tasks.ner.metrics import get_entities
+from sesame.tasks.ner.windows import WindowTokenizer, stitch_words
+from sesame.tasks.predictor import ModelRunner, Predictor, finite, string_field
+
+#: How raw text is split into words (see the module docstring); each match is one word.
+WORD_PATTERN = re.compile(r"\w+(?:['\u2019-]\w+)*|[^\w\s]")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def split_words(text: str) -> tuple[list[str], np.ndarray]:
+    """The words of ``text`` (:data:`WORD_PATTERN`) and their char offsets [W, 2] (start, end)."""
+    matches = list(WORD_PATTERN.finditer(text))
+    offsets = np.asarray([m.span() for m in matches], dtype=np.int64).reshape(-1, 2)
+    return [m.group() for m in matches], offsets
+
+
+def joined_offsets(words: Sequence[str]) -> tuple[str, np.ndarray]:
+    """``" ".join(words)`` and each word's char offsets [W, 2] in it."""
+    lengths = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
+    starts = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
+    return " ".join(words), np.stack([starts, starts + lengths], axis=1)
+
+
+@dataclass
+class Sentence:
+    text: str
+    words: list[str]
+    offsets: np.ndarray  # [W, 2]
+
+
+class TaggingPredictor(Predictor):
+    """Tags and entities of raw text or of pre-split words."""
+
+    task_names = ("ner",)
+    input_example = '{"text": "Marie Curie lived in Paris."}'
+
+    def __init__(self, runner: ModelRunner, **kwargs: Any) -> None:
+        super().__init__(runner, **kwargs)
+        data = self.cfg["data"]
+        self.tag_names = np.asarray([str(n) for n in data["tag_names"]], dtype=object)
+        self.entity_mode = self.cfg["task"].get("entity_metric") or "conlleval"
+        self.windows = WindowTokenizer(self.tokenizer, self.max_seq_length, bool(data["label_all_subwords"]))
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.collator = PaddingCollator({"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0, "word_index": -1})
+
+    def prepare(self, record: Mapping[str, Any], where: str) -> Sentence:
+        fix = 'give each input as {"text": "raw text"} or {"tokens": ["pre", "split", "words"]}'
+        if "tokens" in record and "text" in record:
+            raise DataError(f"{where}: both 'text' and 'tokens'. Fix: {fix}, not both")
+        if "tokens" not in record:
+            text = string_field(record, "text", where, fix)
+            words, offsets = split_words(text)
+            return Sentence(text, words, offsets)
+        words = record["tokens"]
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise DataError(f"{where}: 'tokens' must be a list of strings, got {str(words)[:60]}. Fix: {fix}")
+        text, offsets = joined_offsets(words)
+        return Sentence(text, list(words), offsets)
+
+    def predict_prepared(self, items: Sequence[Sentence]) -> list[dict[str, Any]]:
+        outputs = [{"entities": [], "tokens": [], "tags": []} for _ in items]
+        todo = [i for i, item in enumerate(items) if item.words]  # an empty text has no words to tag
+        if not todo:
+            return outputs
+        enc = self.windows({"tokens": [items[i].words for i in todo], "example_index": list(range(len(todo)))})
+        keys = [k for k in (*MODEL_INPUTS, "word_index", "example_index") if k in enc]
+        features = [{k: enc[k][j] for k in keys} for j in range(len(enc["input_ids"]))]
+        parts = []
+        for _, batch, logits in self.run_sorted(features, self.collator, MODEL_INPUTS):
+            words = batch["word_index"] >= 0  # [B, T] the first sub-token of each word
+            tags = self.runner.decode_tags(logits, words)
+            probs = torch.softmax(logits.float(), dim=-1).gather(-1, tags.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            example = batch["example_index"].unsqueeze(1).expand_as(words)
+            parts.append((example[words], batch["word_index"][words], tags[words], probs[words]))
+        example, word, tag_ids, probs = (torch.cat(column).numpy() for column in zip(*parts))
+        if (tag_ids == IGNORE_INDEX).any():
+            raise RuntimeError("the tag decoder left a word without a tag")  # a bug, not bad input
+        lengths = [len(items[i].words) for i in todo]
+        tag_ids = stitch_words(example, word, tag_ids, lengths)
+        probs = stitch_words(example, word, probs, lengths)
+        for k, i in enumerate(todo):
+            outputs[i] = self._output(items[i], self.tag_names[tag_ids[k]].tolist(), probs[k])
+        return outputs
+
+    def _output(self, sentence: Sentence, tags: list[str], probs: np.ndarray) -> dict[str, Any]:
+        entities = []
+        for kind, first, last in get_entities(tags, mode=self.entity_mode):
+            start, end = int(sentence.offsets[first, 0]), int(sentence.offsets[last, 1])
+            entities.append({"type": kind, "text": sentence.text[start:end], "char_start": start, "char_end": end,
+                             "score": finite(probs[first: last + 1].astype(np.float64).mean())})
+        return {"entities": entities, "tokens": list(sentence.words), "tags": tags}

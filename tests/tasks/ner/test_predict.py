@@ -1,0 +1,105 @@
+"""TaggingPredictor: the tags evaluation wrote (softmax and CRF heads), raw text split into words with
+char offsets that index the text, long sentences in several windows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from sesame.tasks.errors import DataError
+from sesame.tasks.ner.metrics import get_entities
+from sesame.tasks.ner.predict import split_words
+from sesame.tasks.ner.readers import read_conll
+from sesame.tasks.predictor import Predictor
+from tests.conftest import read_conll_predictions
+from tests.tasks.test_predictor import trained_run
+
+TEXTS = [
+    "Marie Curie lived in Paris, didn't she?",
+    "  state-of-the-art   NLP\tfrom O'Neil @ Google (2024)... 😀 done  ",
+    "Redondo Beach Blvd . you were in the borderlines of Gardena / Compton",
+]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["softmax", "crf"])
+def ner_run(request, make_cfg, tmp_path_factory) -> Path:
+    return trained_run("ner_crf" if request.param else "ner", make_cfg, tmp_path_factory)
+
+
+def test_tags_of_the_dev_words_equal_the_evaluation_file(ner_run):
+    data = OmegaConf.load(ner_run / "config.yaml").data
+    dev = read_conll(data.validation_file).head(data.max_eval_examples)
+    assert max(len(s) for s in dev.tokens) > 20  # some sentences take two windows of 24 tokens
+    outputs = Predictor.from_run(ner_run)([{"tokens": words} for words in dev.tokens])
+    _, _, written = read_conll_predictions(ner_run / "val_predictions.conll")
+    assert [o["tags"] for o in outputs] == written
+    assert [o["tokens"] for o in outputs] == dev.tokens
+    assert sum(len(o["entities"]) for o in outputs) > 0
+    for o in outputs:  # the entities are the tags' chunks; offsets index the words joined by spaces
+        joined = " ".join(o["tokens"])
+        spans = get_entities(o["tags"], mode="conlleval")  # the run's task.entity_metric
+        assert [(e["type"], e["text"]) for e in o["entities"]] == [(k, " ".join(o["tokens"][s:t + 1])) for k, s, t in spans]
+        assert all(joined[e["char_start"]:e["char_end"]] == e["text"] and 0 < e["score"] <= 1 for e in o["entities"])
+
+
+def test_raw_text_is_split_into_words_whose_offsets_index_it(ner_run):
+    outputs = Predictor.from_run(ner_run)([{"id": i, "text": t} for i, t in enumerate(TEXTS)])
+    for text, out in zip(TEXTS, outputs):
+        words, offsets = split_words(text)
+        assert out["tokens"] == words == [text[s:e] for s, e in offsets]
+        assert len(out["tags"]) == len(words)
+        for entity in out["entities"]:
+            assert text[entity["char_start"]:entity["char_end"]] == entity["text"] and entity["text"].strip() == entity["text"]
+    assert sum(len(o["entities"]) for o in outputs) > 0
+    # Raw text and the same words given as tokens get the same tags.
+    as_tokens = Predictor.from_run(ner_run)([{"tokens": o["tokens"]} for o in outputs])
+    assert [o["tags"] for o in as_tokens] == [o["tags"] for o in outputs]
+
+
+def test_the_word_pattern():
+    words, offsets = split_words("state-of-the-art O'Neil didn't, e.g. U.S.A (x) 😀 ok")
+    assert words == ["state-of-the-art", "O'Neil", "didn't", ",", "e", ".", "g", ".", "U", ".", "S", ".", "A",
+                     "(", "x", ")", "😀", "ok"]
+    assert offsets.shape == (len(words), 2) and offsets[0].tolist() == [0, 16]
+    assert split_words("   ")[0] == [] and split_words("")[1].shape == (0, 2)
+
+
+def test_a_sentence_longer_than_a_window_and_an_empty_one(ner_run):
+    predictor = Predictor.from_run(ner_run)
+    long_words = (TEXTS[2].split() * 7)[:80]  # more than 3 windows of 24 tokens
+    long, empty, short = predictor([{"tokens": long_words}, {"text": "   "}, {"tokens": long_words[:10]}])
+    assert len(long["tags"]) == 80 and long["tokens"] == long_words
+    assert empty == {"entities": [], "tokens": [], "tags": []}
+    assert len(short["tags"]) == 10
+
+
+def test_entity_scores_are_the_mean_probability_of_the_predicted_tags(ner_run):
+    import torch
+
+    from sesame.tasks.predictor import runner_for
+
+    runner = runner_for(ner_run)
+    (out,) = Predictor.from_runner(runner)([{"tokens": ["Marie", "Curie", "lived", "in", "Paris"]}])
+    enc = runner.tokenizer()([out["tokens"]], is_split_into_words=True, return_tensors="pt")
+    word_ids = enc.word_ids(0)
+    first = [i for i, w in enumerate(word_ids) if w is not None and word_ids[i - 1] != w]  # each word's first sub-token
+    batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    names = list(runner.cfg["data"]["tag_names"])
+    probs = torch.softmax(runner(batch)[0], dim=-1)[first]
+    word_probs = [float(probs[i, names.index(tag)]) for i, tag in enumerate(out["tags"])]
+    for entity, (_, s, e) in zip(out["entities"], get_entities(out["tags"])):
+        assert entity["score"] == pytest.approx(np.mean(word_probs[s:e + 1]), abs=1e-6)
+    assert out["entities"]
+
+
+def test_bad_records_name_the_field(ner_run):
+    predictor = Predictor.from_run(ner_run)
+    with pytest.raises(DataError, match="record 1: both 'text' and 'tokens'"):
+        predictor([{"text": "a", "tokens": ["a"]}])
+    with pytest.raises(DataError, match="record 2: 'tokens' must be a list of strings"):
+        predictor([{"text": "a"}, {"tokens": "a b"}])
+    with pytest.raises(DataError, match=r"record 1: no 'text' field\. Fix: .*\{\"tokens\""):
+        predictor([{"words": ["a"]}])
