@@ -1,0 +1,132 @@
+"""``--format onnx``: onnxruntime gives PyTorch's outputs on real dev batches of other sizes and
+lengths than the traced example, the int8 graph agrees on most predictions, and ``OnnxRunner`` is
+``sesame-predict``'s ``ModelRunner`` with the module's outputs (CRF Viterbi included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sesame.tasks.errors import ConfigError, MissingFileError
+from tests.conftest import require
+from tests.tasks.export.conftest import dev_data
+
+#: Largest allowed |onnxruntime - PyTorch| (float32 graphs agree to ~1e-6 on these models).
+TOLERANCE = 1e-4
+#: The inputs sesame-predict gives a runner (tasks/predictor.py: run_sorted).
+RUNNER_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "context_mask")
+
+
+#: The exporter each run is exported with: torch's default (dynamo) and, to keep the tests quick, the
+#: older torchscript one (test_cli.py exports GLUE with it too); both give the module's outputs.
+EXPORTERS = {"glue": "dynamo", "qa": "torchscript", "ner_crf": "dynamo"}
+
+
+@pytest.fixture(scope="module")
+def exported(loaded, tmp_path_factory):
+    """``exported(name)``: the ONNX folder (with model.int8.onnx) of a trained run, exported once."""
+    require("onnxruntime")
+    require("onnxscript")
+    from sesame.tasks.export.onnx import export_onnx
+
+    done: dict[str, tuple[Path, dict]] = {}
+
+    def get(name: str) -> tuple[Path, dict]:
+        if name not in done:
+            folder = tmp_path_factory.mktemp(f"onnx_{name}") / "export"
+            done[name] = folder, export_onnx(loaded(name).checkpoint, folder, int8=True, exporter=EXPORTERS[name])
+        return done[name]
+
+    return get
+
+
+def _masked_equal(family: str, ref: torch.Tensor, got: torch.Tensor, batch: dict) -> float:
+    from sesame.tasks.export.onnx import compare
+
+    diff, _ = compare(family, (ref,), (got,), batch)
+    return diff
+
+
+@pytest.mark.parametrize("name, family, limit", [
+    ("glue", "sequence_classification", 20),
+    ("qa", "question_answering", 6),
+    ("ner_crf", "token_classification", 20),
+])
+def test_onnxruntime_gives_pytorch_outputs_and_the_runner_is_a_model_runner(loaded, exported, name, family, limit):
+    from sesame.tasks.export.onnx_runner import OnnxRunner
+    from sesame.tasks.predictor import ModelRunner, TorchRunner
+
+    trained = loaded(name)
+    folder, report = exported(name)
+    assert {"model.onnx", "model.int8.onnx", "sesame_config.yaml", "README.md", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    assert not (folder / "config.json").exists()  # not a transformers folder: sesame-eval must not take it for one
+    assert report["max_abs_diff"] < TOLERANCE
+
+    runner = OnnxRunner.from_folder(folder, threads=1)
+    int8 = OnnxRunner.from_folder(folder, None, int8=True)
+    torch_runner = TorchRunner(trained)
+    assert isinstance(runner, ModelRunner)
+    assert runner.cfg == trained.cfg
+    assert runner.input_names[:2] == ["input_ids", "attention_mask"]
+    assert ("context_mask" in runner.input_names) == (family == "question_answering")
+
+    batches, _ = dev_data(trained, batch_size=7, limit=limit)  # 7 rows, real lengths: not the traced 2 x ~10
+    assert len({tuple(b["input_ids"].shape) for b in batches}) >= 2
+    worst, same, total = 0.0, 0, 0
+    for batch in batches:
+        inputs = {k: batch[k] for k in RUNNER_INPUTS if k in batch}  # exactly as sesame-predict calls a runner
+        ours, onnx = torch_runner(inputs), runner(inputs)
+        quantized = int8(inputs)
+        if family == "question_answering":
+            assert isinstance(onnx, tuple) and len(onnx) == 2 and all(o.dtype == torch.float32 for o in onnx)
+            worst = max(worst, *(_masked_equal(family, r, g, batch) for r, g in zip(ours, onnx)))
+            agree = (ours[0].argmax(-1) == quantized[0].argmax(-1)) & (ours[1].argmax(-1) == quantized[1].argmax(-1))
+        else:
+            assert isinstance(onnx, torch.Tensor) and onnx.dtype == torch.float32 and onnx.shape == ours.shape
+            worst = max(worst, _masked_equal(family, ours, onnx, batch))
+            if family == "token_classification":
+                words = batch["word_index"] >= 0
+                tags = torch_runner.decode_tags(ours, words)
+                assert torch.equal(runner.decode_tags(onnx, words), tags)  # Viterbi on the graph's logits
+                assert torch.equal(runner.decode_tags(ours, words), tags)  # the same decoder, bit for bit
+                agree = (runner.decode_tags(quantized, words) == tags)[words]
+            else:
+                agree = ours.argmax(-1) == quantized.argmax(-1)
+        same, total = same + int(agree.sum()), total + agree.numel()
+    print(f"{name} ({report['exporter']}): max |onnxruntime - pytorch| = {worst:.3g} on real dev batches; "
+          f"int8 agreement {same}/{total}")
+    assert worst < TOLERANCE
+    assert same >= 0.8 * total  # int8 changes the numbers a little, the predictions rarely
+
+
+def test_the_crf_runner_decodes_with_the_trained_transitions(loaded, exported):
+    """The CRF's scores come from crf.safetensors, not from a fresh initialisation: with the file's
+    scores replaced, the decoding follows them."""
+    from sesame.tasks.export.onnx_runner import OnnxRunner
+
+    folder, report = exported("ner_crf")
+    assert "crf.safetensors" in report["files"]
+    runner = OnnxRunner.from_folder(folder)
+    crf = runner._tag_head().crf
+    trained_crf = loaded("ner_crf").module.head.crf
+    for name in ("start_transitions", "end_transitions", "transitions", "allowed_transitions", "allowed_start"):
+        assert torch.equal(getattr(crf, name), getattr(trained_crf, name)), name
+
+
+def test_runner_overrides_and_errors(loaded, exported, tmp_path):
+    from sesame.tasks.export.onnx_runner import OnnxRunner
+
+    folder, _ = exported("qa")
+    runner = OnnxRunner.from_folder(folder, {"head.max_answer_length": 7, "data.doc_stride": 16})
+    assert runner.cfg["head"]["max_answer_length"] == 7 and runner.cfg["data"]["doc_stride"] == 16
+    assert runner.tokenizer()("who ?")["input_ids"] == loaded("qa").tokenizer()("who ?")["input_ids"]
+    with pytest.raises(ConfigError, match="encoder.name_or_path"):
+        OnnxRunner.from_folder(folder, {"encoder.name_or_path": "minilm_l6"})
+    with pytest.raises(ConfigError, match="head.crf"):
+        OnnxRunner.from_folder(folder, {"head.crf": True})
+    with pytest.raises(ConfigError, match="no tag decoding"):
+        runner.decode_tags(torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(MissingFileError, match="model.onnx"):
+        OnnxRunner.from_folder(tmp_path)
