@@ -22,7 +22,6 @@ def confidence_ece(confidence: Tensor, correct: Tensor, n_bins: int = 15) -> flo
     if n == 0:
         return float("nan")
     bins = (torch.ceil(confidence * n_bins).long() - 1).clamp(0, n_bins - 1)
-    count = torch.bincount(bins, minlength=n_bins).double()
     conf_sum = torch.bincount(bins, weights=confidence, minlength=n_bins)
     acc_sum = torch.bincount(bins, weights=correct, minlength=n_bins)
     return float((acc_sum - conf_sum).abs().sum() / n)

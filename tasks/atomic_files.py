@@ -20,6 +20,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private (0600); a run's files are as readable as any
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
@@ -39,3 +40,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
     return write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -48,9 +48,32 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             torch.save(checkpoint, handle)
 
 
+class BestAndLastCheckpoint(ModelCheckpoint):
+    """``best.ckpt`` by the monitored metric, and ``last.ckpt`` after every validation.
+
+    Since Lightning 2.6, ``save_last=True`` rewrites ``last.ckpt`` only at a validation that also
+    writes a top-k checkpoint: after a validation that did not improve, ``last.ckpt`` would stay at
+    the last improvement and a killed run would redo every epoch since.
+    """
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_not_saved(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_not_saved(trainer)
+
+    def _save_last_if_not_saved(self, trainer: L.Trainer) -> None:
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
 def checkpoint_callback(run_dir: Path, monitor: str | None, mode: str = "max") -> ModelCheckpoint:
     """``checkpoints/best.ckpt`` by the task's main metric and ``checkpoints/last.ckpt`` for resuming."""
-    return ModelCheckpoint(
+    return BestAndLastCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
         monitor=monitor,

@@ -23,6 +23,9 @@ from sesame.tasks.trained_overrides import check_overridable, override_keys, sel
 
 log = logging.getLogger(__name__)
 
+#: Data settings a trained model keeps whatever data it is evaluated on: they define its outputs.
+LABEL_KEYS = ("label_names", "tag_names", "multi_label", "label_separator", "regression", "metrics")
+
 
 def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple[EncoderTaskModule | None, DictConfig]:
     """The module to evaluate (None for a Hugging Face folder: built once its data is read), and the
@@ -46,16 +49,18 @@ def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple
         raise ConfigError(f"{trained.checkpoint} was trained for task={trained.cfg['task']['name']}, not "
                           f"task={cfg.task.name}. Fix: pass task={trained.cfg['task']['name']}")
     # The trained model's settings; this command's data files and trainer; never the training file.
-    # Its label / tag set too (GLUE label_names, NER tag_names; QA data has neither key).
+    # What defines its outputs too: the label / tag set (GLUE label_names, NER tag_names; QA data has
+    # neither), and for tables the kind of task and its metrics (the main metric is one of them).
     trained_data = trained.cfg["data"]
-    labels = {k: trained_data[k] for k in ("label_names", "tag_names") if k in trained_data}
+    labels = {k: trained_data[k] for k in LABEL_KEYS if k in trained_data}
     data = OmegaConf.merge(cfg.data, {"train_file": None, **labels})
     for key in ("max_seq_length", "doc_stride", "label_all_subwords"):
         if key in trained_data and key in data and data[key] != trained_data[key]:
             log.info("data.%s=%s (the model was trained with %s)", key, data[key], trained_data[key])
     # The encoder (and its tokenizer) load from where the trained model's did.
     encoder = {**trained.cfg["encoder"], "name_or_path": trained.encoder_folder, "tokenizer": trained.tokenizer_source}
-    datamodule_cfg = OmegaConf.merge(trained.cfg, {"data": data, "trainer": cfg.trainer, "encoder": encoder})
+    datamodule_cfg = OmegaConf.merge(trained.cfg, {"data": data, "trainer": cfg.trainer, "encoder": encoder,
+                                                   "logger": cfg.get("logger")})
     if is_quantized(trained.cfg):  # int8 kernels run on CPU
         datamodule_cfg = OmegaConf.merge(datamodule_cfg, {"trainer": QUANTIZED_TRAINER})
     return trained.module, datamodule_cfg

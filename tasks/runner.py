@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from hydra.utils import get_class
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
-from sesame.tasks.atomic_files import write_json_atomic, write_text_atomic
+from sesame.tasks.atomic_files import atomic_open, write_json_atomic, write_text_atomic
 from sesame.tasks.checkpoint_callbacks import (
     AtomicCheckpointIO,
     CheckpointSettings,
@@ -32,10 +32,12 @@ from sesame.tasks.checkpoints import build_module, resolve_resume
 from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
 from sesame.tasks.datamodule import SplitDataModule
 from sesame.tasks.distributed import is_main_process
+from sesame.tasks.early_stopping import EarlyStoppingSettings, early_stopping_callbacks
 from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
 from sesame.tasks.encoder_store import ENCODER_FOLDER, has_weights, save_encoder_folder
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import CacheSettings, build_or_open
+from sesame.tasks.loggers import LoggerSettings, build_loggers, progress_bar_callbacks
 from sesame.tasks.module import EncoderTaskModule, TaskSettings
 from sesame.tasks.run_lock import holds_run_folder
 
@@ -58,9 +60,18 @@ def build_trainer(
     cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None,
     every_n_train_steps: int | None = None,
 ) -> L.Trainer:
+    """A ``lightning.Trainer`` with ``cfg.trainer``'s arguments (all but ``early_stopping``), the run's
+    checkpoints (best by ``monitor``, the task's main metric; None without validation data), early
+    stopping on ``monitor`` when set, ``<run>/logs/metrics.csv`` plus the ``logger`` group's logger
+    (a config without one, e.g. an older run's: csv only), and a rich progress bar where it shows."""
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    stopping = kwargs.pop("early_stopping", None)  # a trainer block without one: off
+    stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
+    logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
     callbacks = [
-        checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), *(extra_callbacks or [])
+        checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(),
+        *early_stopping_callbacks(stopping, monitor), *(extra_callbacks or []),
+        *progress_bar_callbacks(kwargs.get("enable_progress_bar") is not False),
     ]
     if every_n_train_steps:
         callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
@@ -68,7 +79,7 @@ def build_trainer(
         **kwargs,
         default_root_dir=str(run_dir),
         callbacks=callbacks,
-        logger=CSVLogger(save_dir=str(run_dir), name="logs", version=""),
+        logger=build_loggers(logger, run_dir),
         plugins=[AtomicCheckpointIO()],
     )
 
@@ -164,8 +175,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     cache = CacheSettings.from_config(cfg.cache)
     periodic = CheckpointSettings.from_config(cfg.checkpoint)
     distill = DistillSettings.from_config(cfg.distill)
+    if cfg.get("logger") is not None:
+        LoggerSettings.from_config(cfg.logger)  # a missing logger package fails before any work
+    if cfg.trainer.get("early_stopping") is not None:
+        EarlyStoppingSettings.from_config(cfg.trainer.early_stopping)
     resume_from = resolve_resume(cfg.get("resume"), run_dir)
     check_trains(cfg.trainer)
+    if cfg.get("calibrate") and not cfg.data.get("validation_file"):
+        raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     datamodule.setup("fit")
@@ -175,6 +192,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     if is_main_process():  # the other DDP ranks run this too: one writer
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     module = build_module(cfg)
+    if cfg.get("calibrate") and not getattr(module, "is_single_label", False):  # refused before any training
+        raise ConfigError(f"calibrate=true fits a softmax temperature: it applies to single-label classification, "
+                          f"not to task={module.task.name} here. Fix: drop calibrate=true")
     check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
     if is_main_process():
@@ -203,10 +223,24 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         else:
             log.info("best checkpoint = final weights, validated at step %d: not validating again", last.step)
         metrics.update(final)
+    if cfg.get("calibrate"):
+        metrics.update(calibrate_best(module, eval_ckpt))
     if datamodule.has_split("test"):
         metrics.update(flat_metrics(trainer.test(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))
     finish_run(module, metrics, run_dir)
     return metrics
+
+
+def calibrate_best(module: EncoderTaskModule, best: str | None) -> dict[str, float]:
+    """``calibrate=true``: fit the module's temperature on the dev logits of its last validation (the
+    best checkpoint's) and write it into ``best.ckpt``, which evaluation, prediction and export read."""
+    result = module.calibrate()
+    if best and is_main_process():
+        checkpoint = torch.load(best, map_location="cpu", weights_only=False)
+        checkpoint["state_dict"]["calibration.temperature"] = module.calibration.temperature.detach().clone()
+        with atomic_open(best, "wb") as handle:
+            torch.save(checkpoint, handle)
+    return result
 
 
 def finish_run(module: EncoderTaskModule, metrics: dict[str, float], run_dir: Path) -> None:

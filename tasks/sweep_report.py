@@ -17,7 +17,7 @@ import yaml
 
 from sesame.tasks.errors import ConfigError, MissingFileError
 
-IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.")
+IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.", "logger")
 
 
 @dataclass

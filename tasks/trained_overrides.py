@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 FIXED_GROUPS = ("fusion", "pooling", "finetune", "compression")
 #: Groups a trained model's settings may be overridden in.
 OVERRIDABLE_GROUPS = ("encoder", "head", "data")
-#: Head settings that size trained weights (``head.crf`` adds transition weights).
-FIXED_HEAD_KEYS = ("crf", "dropout")
+#: Head settings that belong to the trained weights: ``head.crf`` adds transition weights, whose BIO
+#: constraints (``head.constrain_bio``) are saved with them; loss settings only act in training.
+FIXED_HEAD_KEYS = ("crf", "constrain_bio", "dropout", "class_weights", "label_smoothing")
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:

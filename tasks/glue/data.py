@@ -2,9 +2,10 @@
 labelled table (``task=text_classification``: :class:`TableDataModule`).
 
 Rows become ``index, input_ids, attention_mask[, token_type_ids], labels``; pairs go in as segments
-A and B. Training batches are shuffled and padded per batch; evaluation batches are length-sorted
-(``tasks/batching.py``). Each data module also says how its task is scored (:meth:`task_spec`),
-so the module and the data read the settings the same way.
+A and B. ``labels`` is a class id, a regression score, or (``data.multi_label=true``) a multi-hot
+row [C] of floats, which the collator stacks into [B, C]. Training batches are shuffled and padded
+per batch; evaluation batches are length-sorted (``tasks/batching.py``). Each data module also says
+how its task is scored (:meth:`task_spec`), so the module and the data read the settings the same way.
 """
 
 from __future__ import annotations
@@ -20,8 +21,16 @@ from transformers import PreTrainedTokenizerBase
 from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.datamodule import DataSettings, SplitDataModule
 from sesame.tasks.errors import ConfigError
-from sesame.tasks.glue.readers import encode_labels, read_glue_tsv, read_table
-from sesame.tasks.glue.specs import REGRESSION_METRICS, GlueTaskSpec, glue_spec
+from sesame.tasks.glue.metrics import METRICS
+from sesame.tasks.glue.readers import (
+    encode_labels,
+    encode_multi_labels,
+    first_data_line,
+    multi_label_set,
+    read_glue_tsv,
+    read_table,
+)
+from sesame.tasks.glue.specs import MULTILABEL_METRICS, REGRESSION_METRICS, GlueTaskSpec, glue_spec
 
 # Evaluation splits and the data keys naming their files; MNLI also has a mismatched dev set.
 EVAL_SPLITS = (("validation", "validation_file"), ("validation_mismatched", "validation_mismatched_file"), ("test", "test_file"))
@@ -45,6 +54,8 @@ class TableDataSettings(DataSettings):
     label_column: str
     label_names: tuple[str, ...] | None  # null: the sorted label values of the training file
     regression: bool
+    multi_label: bool  # each example has a set of labels (BCE loss, per-label thresholds)
+    label_separator: str  # multi-label: joins an example's labels in a CSV/TSV column ("a|b")
     metrics: tuple[str, ...]  # the first is the main metric (task.main_metric)
 
 
@@ -100,6 +111,17 @@ class SentenceDataModule(SplitDataModule):
         """What the module must know from the data: the label set (saved with the checkpoint)."""
         return {"data": {"label_names": list(self.spec.labels) if self.spec.labels else None}}
 
+    def label_counts(self) -> tuple[np.ndarray, int]:
+        """``(counts [C], N)``: how many of the ``N`` training examples carry each label (what
+        ``head.class_weights=balanced`` is computed from)."""
+        if self.spec.is_regression:
+            raise ConfigError("a regression task has no label counts")
+        labels = np.asarray(self.dataset("train").with_format("numpy")["labels"])
+        num_labels = len(self.spec.labels or ())
+        if self.spec.multi_label:  # [N, C] multi-hot
+            return labels.reshape(-1, num_labels).sum(axis=0).astype(np.int64), int(labels.shape[0])
+        return np.bincount(labels.astype(np.int64), minlength=num_labels), int(labels.shape[0])
+
     def dataset(self, split: str) -> datasets.Dataset:
         if split not in self.splits:
             raise ConfigError(f"no {split} data: set data.{split}_file")
@@ -144,12 +166,24 @@ class TableDataModule(SentenceDataModule):
         metrics = tuple(settings.metrics)
         if not metrics:
             raise ConfigError("data.metrics is empty: list the metrics to report, the main one first")
-        if settings.regression and not set(metrics) <= set(REGRESSION_METRICS):
-            raise ConfigError(f"data.regression=true scores with {'/'.join(REGRESSION_METRICS)}, not {list(metrics)}. "
-                              f"Fix: set data.metrics=[{','.join(REGRESSION_METRICS)}]")
-        if not settings.regression and set(metrics) & set(REGRESSION_METRICS):
-            raise ConfigError(f"data.metrics={list(metrics)} are regression metrics. Fix: set data.regression=true, "
-                              "or use accuracy / f1 / matthews_correlation")
+        if settings.regression and settings.multi_label:
+            raise ConfigError("data.regression=true and data.multi_label=true: a task is one or the other. "
+                              "Fix: set one of them to false")
+        if settings.multi_label and not settings.label_separator:
+            raise ConfigError("data.label_separator is empty: name the text that joins an example's labels, e.g. '|'")
+        if settings.regression:
+            kind, allowed = "data.regression=true", REGRESSION_METRICS
+            fix = f"set data.metrics=[{','.join(REGRESSION_METRICS)}]"
+        elif settings.multi_label:
+            kind, allowed = "data.multi_label=true", MULTILABEL_METRICS
+            fix = "set data.metrics=[f1_micro,f1_macro] (the first is the main metric; all four are reported)"
+        else:
+            kind, allowed = "single-label classification", tuple(sorted(METRICS.keys() - set(REGRESSION_METRICS)))
+            fix = "use accuracy / f1 / matthews_correlation, or set data.regression=true or data.multi_label=true"
+        wrong = [m for m in metrics if m not in allowed]
+        if wrong:
+            raise ConfigError(f"data.metrics={list(metrics)}: {wrong} cannot score {kind}, which reports "
+                              f"{'/'.join(allowed)}. Fix: {fix}")
         return GlueTaskSpec(
             text_a=settings.text_column,
             text_b=settings.text_pair_column,
@@ -157,16 +191,27 @@ class TableDataModule(SentenceDataModule):
             labels=None if settings.regression else tuple(str(n) for n in settings.label_names or ()),
             metrics=metrics,
             submission_name="predictions",
+            multi_label=settings.multi_label,
+            label_separator=settings.label_separator,
         )
 
     def _read(self, key: str, require_labels: bool) -> datasets.Dataset:
         spec = self.spec
-        table, file = read_table(getattr(self.settings, key), spec.text_a, spec.text_b, spec.label, key=key)
+        table, file = read_table(getattr(self.settings, key), spec.text_a, spec.text_b, spec.label, key=key,
+                                 labels_as_text=spec.multi_label)
+        raw = list(table[spec.label])
         if not spec.is_regression and not spec.labels:
             # Label set from the training data, sorted so the mapping is the same on every run.
-            self.spec = spec = replace(spec, labels=tuple(sorted({str(v) for v in table[spec.label]})))
+            labels = (multi_label_set(raw, spec.label_separator, file, str(spec.label)) if spec.multi_label
+                      else tuple(sorted({str(v) for v in raw})))
+            self.spec = spec = replace(spec, labels=labels)
         columns: dict[str, Any] = {"index": list(range(len(table))), "text_a": [str(t) for t in table[spec.text_a]]}
         if spec.text_b is not None:
             columns["text_b"] = [str(t) for t in table[spec.text_b]]
-        columns["label"] = encode_labels(list(table[spec.label]), spec.labels, file, first_line=2)
+        first_line = first_data_line(file)
+        if spec.multi_label:
+            columns["label"] = encode_multi_labels(raw, spec.labels or (), spec.label_separator, file, str(spec.label),
+                                                   first_line)
+        else:
+            columns["label"] = encode_labels(raw, spec.labels, file, first_line=first_line, column=str(spec.label))
         return datasets.Dataset.from_dict(columns)

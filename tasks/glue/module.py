@@ -1,26 +1,45 @@
-"""Sentence(-pair) classification and regression: encoder -> fusion -> pooling -> linear head."""
+"""Sentence(-pair) classification and regression: encoder -> fusion -> pooling -> linear head.
+
+Single-label classification trains with cross-entropy (``head.class_weights``, ``head.label_smoothing``),
+regression with MSE, and multi-label tables (``data.multi_label=true``) with per-label binary
+cross-entropy: there each label's decision threshold is tuned on the dev set at every validation
+during training, kept in the head (``head.thresholds``, so ``best.ckpt`` holds those of its own
+validation) and used as saved by every later evaluation and prediction.
+
+Single-label classification also reports the expected calibration error of its softmax
+probabilities (``<stage>_ece``, 15 bins), and ``calibrate=true`` fits a temperature on the dev
+logits after training (Guo et al., 2017; ``heads/calibration.py``): ``forward`` divides the logits
+by it, so evaluation, ``sesame-predict`` and ``sesame-export`` all use it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from hydra.utils import get_class
+from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig
 
-from sesame.heads.classifier import SequenceClassifierHead
+from sesame.heads.calibration import TemperatureScaling, expected_calibration_error
+from sesame.heads.classifier import SequenceClassifierHead, balanced_class_weights
 from sesame.heads.pooling import PoolerPooling, build_pooling
 from sesame.tasks.distributed import Rows
-from sesame.tasks.errors import ConfigError, settings_check
-from sesame.tasks.glue.metrics import compute_metrics
+from sesame.tasks.errors import ConfigError, DataError, settings_check
+from sesame.tasks.glue.metrics import compute_metrics, multilabel_metrics, tune_thresholds
 from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.encoder import Encoder
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,6 +56,19 @@ class ClassifierHeadSettings(Settings):
 
     group = "head"
     dropout: float
+    class_weights: tuple[float, ...] | str | None  # null | "balanced" | one weight per label, in label order
+    label_smoothing: float  # in [0, 1)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.class_weights, str) and self.class_weights != "balanced":
+            raise ConfigError(f"head.class_weights={self.class_weights!r}: use null, balanced, or a list with one "
+                              "weight per label, e.g. head.class_weights=[1.0,4.0]")
+        if isinstance(self.class_weights, tuple):
+            bad = [w for w in self.class_weights if not (math.isfinite(w) and w > 0)]
+            if bad or not self.class_weights:
+                raise ConfigError(f"head.class_weights={list(self.class_weights)}: each weight must be a positive number")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"head.label_smoothing={self.label_smoothing}: must be at least 0 and below 1 (0: off)")
 
 
 class SentenceClassificationModule(EncoderTaskModule):
@@ -44,6 +76,11 @@ class SentenceClassificationModule(EncoderTaskModule):
 
     Evaluation stages: ``val``, ``val_mm`` (MNLI mismatched, the second validation loader), ``test``;
     each logs the task's GLUE metrics as ``<stage>_<metric>`` and writes ``<stage>_<TASK>.tsv``.
+
+    Attributes beyond the base module's: ``label_names`` (None for regression), ``multi_label``
+    (``data.multi_label``), ``thresholds`` (multi-label: the head's [C] per-label thresholds on the
+    sigmoid probabilities, a label applying where ``probability >= threshold``; else None) and
+    ``label_separator`` (multi-label: joins an example's labels in prediction files).
     """
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
@@ -51,6 +88,8 @@ class SentenceClassificationModule(EncoderTaskModule):
         data_module = get_class(self.task.datamodule)  # it knows how its data settings define the task
         self.spec = data_module.task_spec(data_module.settings_class.from_config(self.cfg.data))
         self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
+        self.multi_label = self.spec.multi_label
+        self.label_separator = self.spec.label_separator
         pooling = PoolingSettings.from_config(self.cfg.pooling)
         head = ClassifierHeadSettings.from_config(self.cfg.head)
         with settings_check():
@@ -62,15 +101,91 @@ class SentenceClassificationModule(EncoderTaskModule):
                 )
             self.pooling.load_from(self.encoder.model.pooler)
         num_labels = 1 if self.label_names is None else len(self.label_names)
-        self.head = SequenceClassifierHead(self.pooling.output_size, num_labels, dropout=head.dropout)
+        self.class_weights_setting = head.class_weights
+        self.head = SequenceClassifierHead(
+            self.pooling.output_size, num_labels, dropout=head.dropout, multi_label=self.multi_label,
+            label_smoothing=self._checked_smoothing(head), class_weights=self._listed_weights(head),
+        )
+        self.calibration = TemperatureScaling()  # 1 (no change) unless calibrate=true fitted it
+        self._eval_logits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    # Loss settings ---------------------------------------------------------------------------------
+    def _checked_smoothing(self, head: ClassifierHeadSettings) -> float:
+        if self.label_names is None and (head.class_weights is not None or head.label_smoothing):
+            raise ConfigError(
+                "head.class_weights and head.label_smoothing apply to classification; this task is a regression "
+                "(STS-B, or data.regression=true). Fix: set head.class_weights=null head.label_smoothing=0"
+            )
+        return head.label_smoothing
+
+    def _listed_weights(self, head: ClassifierHeadSettings) -> tuple[float, ...] | None:
+        """The weights of a ``head.class_weights`` list, checked against the labels; None otherwise."""
+        if not isinstance(head.class_weights, tuple):
+            return None
+        names = self.label_names or []
+        if len(head.class_weights) != len(names):
+            raise ConfigError(
+                f"head.class_weights has {len(head.class_weights)} weights for {len(names)} labels "
+                f"({', '.join(names)}): give one weight per label, in that order, or head.class_weights=balanced"
+            )
+        return head.class_weights
+
+    def setup(self, stage: str) -> None:
+        """Before training: ``head.class_weights=balanced`` becomes weights from the training labels."""
+        if stage != TrainerFn.FITTING:
+            return
+        if self.multi_label and self.distiller is not None:
+            raise ConfigError("distill.teacher: distillation compares softmax distributions, which a multi-label "
+                              "model does not have. Fix: train without distill.teacher")
+        if self.class_weights_setting == "balanced":
+            datamodule = getattr(self.trainer, "datamodule", None)
+            if datamodule is None or not hasattr(datamodule, "label_counts"):
+                raise RuntimeError("head.class_weights=balanced needs the training data: trainer.fit(module, datamodule=dm)")
+            self.use_balanced_weights(*datamodule.label_counts())
+
+    def use_balanced_weights(self, counts: Sequence[int] | np.ndarray, num_examples: int) -> list[float]:
+        """Set the ``balanced`` class weights for training labels counted ``counts`` [C] over
+        ``num_examples`` examples, and record them as ``head.class_weights`` in the config saved with
+        every checkpoint (a trained model then needs no training data to rebuild its loss)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        names = self.label_names or []
+        where = f"{self.cfg.data.get('train_file')} ({num_examples} examples)"
+        absent = [n for n, c in zip(names, counts) if c == 0]
+        if absent:
+            raise DataError(f"head.class_weights=balanced: label(s) {absent} never occur in the training data {where}, so "
+                            f"they have no balanced weight. Fix: give head.class_weights as a list of {len(names)} weights "
+                            f"({', '.join(names)}), or drop those labels from data.label_names")
+        everywhere = [n for n, c in zip(names, counts) if c == num_examples] if self.multi_label else []
+        if everywhere:
+            raise DataError(f"head.class_weights=balanced: label(s) {everywhere} apply to every training example of "
+                            f"{where}, so they have no negatives to balance. Fix: give head.class_weights as a list")
+        weights = balanced_class_weights(torch.as_tensor(counts), int(num_examples), multi_label=self.multi_label).tolist()
+        self.head.set_class_weights(weights)
+        self.hparams["cfg"]["head"]["class_weights"] = weights
+        self.cfg.head.class_weights = weights
+        kind = "positive weight per label" if self.multi_label else "class weights"
+        log.info("head.class_weights=balanced over %d training examples (%s): %s", num_examples, kind,
+                 ", ".join(f"{n}={w:.4g} ({c} examples)" for n, w, c in zip(names, weights, counts.tolist())))
+        return weights
+
+    @property
+    def thresholds(self) -> torch.Tensor | None:
+        """Multi-label: the per-label decision thresholds [C] (probability >= threshold); else None."""
+        return self.head.thresholds if self.multi_label else None
 
     def load_hf_head(self, folder: str | Path) -> None:
         """Load the ``classifier.*`` weights of a Hugging Face ``...ForSequenceClassification`` folder."""
         load_prefixed_weights(self.head.classifier, folder, "classifier.")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits [B, num_labels] ([B, 1] for regression)."""
-        return self.head(self.pooling(self.encode(batch), batch["attention_mask"]))
+        """Logits [B, num_labels] ([B, 1] for regression; multi-label: one independent logit per label);
+        single-label classification logits are divided by the calibrated temperature (1 unless fitted)."""
+        logits = self.head(self.pooling(self.encode(batch), batch["attention_mask"]))
+        return logits if not self.is_single_label else self.calibration(logits)
+
+    @property
+    def is_single_label(self) -> bool:
+        return not self.multi_label and not self.head.is_regression
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits = self(batch)
@@ -83,21 +198,98 @@ class SentenceClassificationModule(EncoderTaskModule):
         return f"{stage}_mm" if dataloader_idx == 1 else stage
 
     def eval_rows(self, batch: Mapping[str, torch.Tensor], stage: str) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-        """Rows ``index, prediction[, label]``: the class id ([B] int) or the regression score ([B] float)."""
+        """Rows ``index, prediction[, label]``: the class id ([B] int) or the regression score ([B] float);
+        multi-label: ``index, probabilities[, label]`` with the sigmoid probabilities and the gold
+        multi-hot rows, both [B, C]."""
         logits = self(batch)
-        pred = logits.squeeze(-1).float() if self.head.is_regression else logits.argmax(dim=-1)
-        rows = {"index": batch["index"], "prediction": pred}
+        if self.multi_label:
+            rows = {"index": batch["index"], "probabilities": self.head.probabilities(logits.float())}
+        else:
+            pred = logits.squeeze(-1).float() if self.head.is_regression else logits.argmax(dim=-1)
+            rows = {"index": batch["index"], "prediction": pred}
+            if self.is_single_label:  # for the calibration error, and for calibrate=true
+                rows["logits"] = logits.float()
         labels = batch.get("labels")
         if labels is None:
             return rows, None
         return {**rows, "label": labels}, self.head.loss(logits, labels)
 
     def score(self, stage: str, rows: Rows) -> dict[str, float]:
+        if self.multi_label:
+            return self._score_multi_label(stage, rows)
         metrics: dict[str, float] = {}
         if "label" in rows:
             as_float = self.head.is_regression  # float64 like the reference implementations, not float32
             metrics = compute_metrics(self.spec.metrics, *(rows[k].astype(float) if as_float else rows[k] for k in ("prediction", "label")))
+            if self.is_single_label:
+                self._eval_logits[stage] = (rows["logits"], rows["label"])
+                probs = torch.from_numpy(rows["logits"]).double().softmax(-1)
+                metrics["ece"] = expected_calibration_error(probs, torch.from_numpy(rows["label"]))
         # GLUE's names: MNLI-m.tsv for matched, MNLI-mm.tsv for mismatched.
         name = self.spec.submission_name + ("m" if stage.endswith("_mm") else "")
         self.write_text(f"{stage}_{name}.tsv", submission_tsv(rows["index"].tolist(), rows["prediction"].tolist(), self.label_names))
+        return metrics
+
+    def calibrate(self) -> dict[str, float]:
+        """Fit the temperature on the logits of the latest validation (``calibrate=true``, after training).
+
+        Returns ``val_temperature``, ``val_ece_calibrated`` (on the dev set it was fitted on) and
+        ``val_ece_calibrated_crossfit``: the dev set split into even and odd examples, a temperature
+        fitted on each half and the ECE measured on the other, averaged (an estimate not fitted on
+        what it measures)."""
+        if not self.is_single_label:
+            raise ConfigError("calibrate=true fits a softmax temperature: it applies to single-label classification, "
+                              "not to regression or multi-label tasks. Fix: drop calibrate=true")
+        if "val" not in self._eval_logits:
+            raise ConfigError("calibrate=true needs validation data (data.validation_file) to fit the temperature on")
+        logits, labels = self._eval_logits["val"]
+        raw = torch.from_numpy(logits).double() * float(self.calibration.temperature)  # as the head gave them
+        gold = torch.from_numpy(labels).long()
+        halves = [torch.arange(i, len(gold), 2) for i in (0, 1)]
+        crossfit = []
+        for fit, held_out in (halves, halves[::-1]):
+            scaling = TemperatureScaling()
+            scaling.fit(raw[fit], gold[fit])
+            crossfit.append(expected_calibration_error(scaling(raw[held_out]).softmax(-1), gold[held_out]))
+        temperature = self.calibration.fit(raw, gold)
+        result = {
+            "val_temperature": temperature,
+            "val_ece_calibrated": expected_calibration_error((raw / temperature).softmax(-1), gold),
+            "val_ece_calibrated_crossfit": float(np.mean(crossfit)),
+        }
+        self.evaluated.update(result)
+        log.info("calibrate: temperature %.4f; dev ECE %.4f -> %.4f (cross-fitted %.4f)", temperature,
+                 expected_calibration_error(raw.softmax(-1), gold), result["val_ece_calibrated"],
+                 result["val_ece_calibrated_crossfit"])
+        return result
+
+    def _tunes_thresholds(self, stage: str) -> bool:
+        """Thresholds are tuned on the dev set by the validations of training; every other evaluation
+        (the final one of best.ckpt, sesame-eval, test sets) uses them as saved."""
+        return stage == "val" and self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
+
+    def _score_multi_label(self, stage: str, rows: Rows) -> dict[str, float]:
+        """Tune (training's validations) or read the thresholds, score micro / macro F1, write
+        ``<stage>_predictions.tsv`` (labels joined by ``data.label_separator``) and
+        ``<stage>_thresholds.json``."""
+        probabilities = rows["probabilities"].astype(np.float32)
+        names = self.label_names or []
+        metrics: dict[str, float] = {}
+        if "label" in rows:
+            gold = rows["label"] > 0.5
+            if self._tunes_thresholds(stage):
+                tuned = tune_thresholds(probabilities, gold)
+                self.head.thresholds.copy_(torch.from_numpy(tuned).to(self.head.thresholds))
+                log.info("%s: thresholds tuned on %d examples: %s", stage, len(probabilities),
+                         ", ".join(f"{n}={t:.4g}" for n, t in zip(names, tuned.tolist())))
+            thresholds = self.head.thresholds.detach().cpu().numpy()
+            metrics = multilabel_metrics(probabilities, gold, thresholds)
+        thresholds = self.head.thresholds.detach().cpu().numpy()
+        decided = probabilities >= thresholds
+        lines = ["index\tprediction"] + [
+            f"{index}\t{self.label_separator.join(n for n, on in zip(names, row) if on)}"
+            for index, row in zip(rows["index"].tolist(), decided.tolist())
+        ]
+        self.write_text(f"{stage}_{self.spec.submission_name}.tsv", "\n".join(lines) + "\n")
+        self.write_json(f"{stage}_thresholds.json", dict(zip(names, thresholds.tolist())))
         return metrics

@@ -1,8 +1,9 @@
 """Read sentence(-pair) data into a ``datasets.Dataset`` with columns ``index, text_a[, text_b], label``.
 
 GLUE TSVs are read with quoting off (their sentences hold unbalanced quotes); any CSV/TSV/JSON-lines
-file with named columns goes through ``datasets.load_dataset``. Errors name the file, the line or
-column, and the fix.
+file with named columns goes through ``datasets.load_dataset``. Multi-label tables hold each
+example's labels joined by a separator (``sports|politics``; empty: none) or, in JSON lines, as a
+list; they become multi-hot rows. Errors name the file, the line or column, and the fix.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-
 from sesame.tasks.data_files import check_data_file
 from sesame.tasks.errors import DataError
 from sesame.tasks.glue.specs import GlueTaskSpec
@@ -73,10 +73,10 @@ def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = T
 
 def encode_labels(
     raw: list[Any], label_names: tuple[str, ...] | None, path: Path, first_line: int = 1,
-    label_range: tuple[float, float] | None = None,
+    label_range: tuple[float, float] | None = None, column: str | None = None,
 ) -> list[Any]:
     """Label names -> class ids (or floats for regression, finite and within ``label_range``);
-    ``None`` stays ``None`` (unlabelled)."""
+    ``None`` stays ``None`` (unlabelled). ``column``: the label column's name, for messages."""
     if label_names is None:
         out = []
         for i, value in enumerate(raw):
@@ -101,23 +101,71 @@ def encode_labels(
         key = str(value).strip()
         if key not in ids:
             raise DataError(
-                f"{path}:{i + first_line}: unknown label {value!r}; this task's labels are {list(label_names)} "
+                f"{path}:{i + first_line}: unknown label {value!r}{f' in column {column!r}' if column else ''}; "
+                f"this task's labels are {list(label_names)} "
                 "(fix the file, or set data.label_names for a custom dataset)"
             )
         out.append(ids[key])
     return out
 
 
+def first_data_line(path: Path) -> int:
+    """The file line of a table's first example: 2 under a CSV/TSV header, 1 in JSON lines."""
+    return 1 if path.suffix.lower() in (".jsonl", ".json") else 2
+
+
+def split_labels(value: Any, separator: str) -> list[str]:
+    """One example's labels: a JSON list as it is, a string split at ``separator``; None or an empty
+    string is no label. Each label is stripped; empty pieces (``a||b``) are dropped."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(separator)
+    return [label for label in (str(item).strip() for item in items if item is not None) if label]
+
+
+def multi_label_set(raw: list[Any], separator: str, path: Path, column: str) -> tuple[str, ...]:
+    """The sorted union of the labels of every example (a training file's label set)."""
+    names = sorted({label for value in raw for label in split_labels(value, separator)})
+    if not names:
+        raise DataError(f"{path}: column {column!r} holds no labels; a multi-label file lists each example's labels "
+                        f"there, joined by {separator!r} (data.label_separator) or as a JSON list")
+    return tuple(names)
+
+
+def encode_multi_labels(
+    raw: list[Any], label_names: tuple[str, ...], separator: str, path: Path, column: str, first_line: int
+) -> list[list[float]]:
+    """Each example's labels -> a multi-hot row [C] (1.0 where the label applies)."""
+    ids = {name: i for i, name in enumerate(label_names)}
+    out = []
+    for i, value in enumerate(raw):
+        row = [0.0] * len(label_names)
+        for label in split_labels(value, separator):
+            if label not in ids:
+                raise DataError(
+                    f"{path}:{i + first_line}: unknown label {label!r} in column {column!r} (value {value!r}); the labels "
+                    f"are {list(label_names)} (those of data.train_file, or data.label_names). Fix the file, or list the "
+                    f"label in data.label_names; labels are joined by data.label_separator={separator!r}"
+                )
+            row[ids[label]] = 1.0
+        out.append(row)
+    return out
+
+
 def read_table(
-    path: str | Path, text_column: str, text_pair_column: str | None, label_column: str, key: str = "train_file"
+    path: str | Path, text_column: str, text_pair_column: str | None, label_column: str, key: str = "train_file",
+    labels_as_text: bool = False,
 ) -> tuple[datasets.Dataset, Path]:
-    """Any CSV, TSV or JSON-lines file with named columns (raw labels, not yet encoded)."""
+    """Any CSV, TSV or JSON-lines file with named columns (raw labels, not yet encoded).
+    ``labels_as_text``: read a CSV/TSV label column as strings (multi-label ``1|2`` and ``3`` alike)."""
     path = check_data_file(path, key)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         builder, kwargs = "json", {}
     elif suffix in (".csv", ".tsv", ".txt"):
         builder, kwargs = "csv", {"delimiter": "\t" if suffix != ".csv" else ","}
+        if labels_as_text:
+            kwargs["converters"] = {label_column: str}  # as written: "1|2", "3" and "" alike
     else:
         raise DataError(f"{path}: unknown format {suffix!r}; use .csv, .tsv or .jsonl")
     try:

@@ -8,6 +8,9 @@ from sesame.tasks.errors import ConfigError
 
 #: The metrics of a regression task (STS-B, or data.regression=true).
 REGRESSION_METRICS = ("pearson", "spearmanr")
+#: The metrics of a multi-label task (data.multi_label=true): micro / macro F1 over the labels at the
+#: per-label thresholds tuned on the dev set, and at 0.5 for every label.
+MULTILABEL_METRICS = ("f1_micro", "f1_macro", "f1_micro_at_0.5", "f1_macro_at_0.5")
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,8 @@ class GlueTaskSpec:
     submission_name: str  # GLUE leaderboard file name
     has_header: bool = True
     label_range: tuple[float, float] | None = None  # regression: the scores a file may hold
+    multi_label: bool = False  # each example has a set of labels (data.multi_label, tables only)
+    label_separator: str = "|"  # multi-label: joins the labels of one example in a text column
 
     @property
     def is_regression(self) -> bool:

@@ -95,6 +95,19 @@ def test_a_top_k_run_resumes_exactly_from_checkpoints_without_its_frozen_weights
     assert (run / "val_SST-2.tsv").read_text() == (tmp_path / "straight" / "val_SST-2.tsv").read_text()
 
 
+def test_last_ckpt_follows_every_validation_even_without_improvement(make_cfg, tmp_path, monkeypatch):
+    from sesame.tasks.glue.module import SentenceClassificationModule
+
+    score = SentenceClassificationModule.score
+    monkeypatch.setattr(SentenceClassificationModule, "score", lambda self, stage, rows: {
+        **score(self, stage, rows), "accuracy": 0.5})  # never improves after the first validation
+    run = tmp_path / "run"
+    train(make_cfg("data.max_train_examples=32", "data.max_eval_examples=32", "data.batch_size=8",
+                   "trainer.max_epochs=3", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null"), run)
+    step = lambda name: torch.load(run / "checkpoints" / name, weights_only=False)["global_step"]  # noqa: E731
+    assert step("best.ckpt") == 4 and step("last.ckpt") == 12
+
+
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
     with pytest.raises(MissingFileError, match="no checkpoint at .*last.ckpt"):
         resolve_resume(True, tmp_path)
