@@ -105,6 +105,21 @@ def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16) -> Path
     return folder
 
 
+def count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The global step of every validation of the GLUE module, as it happens (a list that fills up)."""
+    from sesame.tasks.glue.module import SentenceClassificationModule
+
+    calls: list[int] = []
+    original = SentenceClassificationModule.on_validation_epoch_end
+
+    def counted(self: SentenceClassificationModule) -> None:
+        calls.append(self.trainer.global_step)
+        return original(self)
+
+    monkeypatch.setattr(SentenceClassificationModule, "on_validation_epoch_end", counted)
+    return calls
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))

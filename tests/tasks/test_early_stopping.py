@@ -14,6 +14,7 @@ from sesame.tasks.early_stopping import EarlyStoppingSettings, MainMetricEarlySt
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.evaluation import evaluate
 from sesame.tasks.runner import build_trainer, train
+from tests.conftest import count_validations
 
 # 4 training batches an epoch, up to 4 epochs; one validation batch; a head learning rate that
 # moves the weights (and val_loss) visibly from one epoch to the next.
@@ -30,21 +31,6 @@ def _main_metric(monkeypatch, value):
         **score(self, stage, rows), "accuracy": value(self.trainer.global_step)})
 
 
-def _count_validations(monkeypatch):
-    """The global step of every (non-sanity) validation of the GLUE module."""
-    from sesame.tasks.glue.module import SentenceClassificationModule
-
-    calls = []
-    original = SentenceClassificationModule.on_validation_epoch_end
-
-    def counted(self):
-        calls.append(self.trainer.global_step)
-        return original(self)
-
-    monkeypatch.setattr(SentenceClassificationModule, "on_validation_epoch_end", counted)
-    return calls
-
-
 def _global_step(checkpoint):
     return torch.load(checkpoint, weights_only=False)["global_step"]
 
@@ -56,7 +42,7 @@ def _logged_val_losses(run):
 
 def test_a_run_stops_early_and_reports_its_best_checkpoint(make_cfg, tmp_path, monkeypatch):
     _main_metric(monkeypatch, lambda step: 0.5)  # never improves after the first validation
-    calls = _count_validations(monkeypatch)
+    calls = count_validations(monkeypatch)
     run = tmp_path / "run"
     metrics = train(make_cfg(*STOPPING), run)
     # Epoch 1 sets the best; epoch 2 does not improve (patience 1): stop, of 4 epochs; then
@@ -87,7 +73,7 @@ def test_a_run_resumed_after_it_stopped_trains_no_more(make_cfg, tmp_path, monke
     # Every validation is a new best for the checkpoint (best.ckpt = last.ckpt = the final weights),
     # but below min_delta, so none for early stopping: the checkpoint records the stop.
     _main_metric(monkeypatch, lambda step: 0.5 + step / 1000)
-    calls = _count_validations(monkeypatch)
+    calls = count_validations(monkeypatch)
     metrics = train(make_cfg(*STOPPING, "trainer.early_stopping.min_delta=0.01"), tmp_path)
     assert calls == [4, 8]  # the final validation was of best.ckpt: not validated again
     assert _global_step(tmp_path / "checkpoints" / "best.ckpt") == _global_step(tmp_path / "checkpoints" / "last.ckpt") == 8
@@ -114,7 +100,7 @@ class Crash(L.Callback):
 
 def test_a_killed_run_resumes_counting_where_it_stopped(make_cfg, tmp_path, monkeypatch):
     _main_metric(monkeypatch, lambda step: 0.5)
-    calls = _count_validations(monkeypatch)
+    calls = count_validations(monkeypatch)
     straight = train(make_cfg(*STOPPING), tmp_path / "straight")
     build = runner.build_trainer
     monkeypatch.setattr(runner, "build_trainer", lambda cfg, run_dir, monitor, extra=None, **kw: build(

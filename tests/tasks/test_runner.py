@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sesame.tasks.runner import train
-from tests.conftest import prediction_accuracy, tsv_labels
+from tests.conftest import count_validations, prediction_accuracy, tsv_labels
 
 
 def test_a_run_writes_config_metrics_checkpoints_and_predictions(make_cfg, tmp_path):
@@ -87,22 +87,8 @@ def test_a_tiny_encoder_learns_sst2_above_the_majority_class(make_cfg, tmp_path)
     assert metrics["val_accuracy"] > majority + 0.05
 
 
-def _count_validations(monkeypatch):
-    from sesame.tasks.glue.module import SentenceClassificationModule
-
-    calls = []
-    original = SentenceClassificationModule.on_validation_epoch_end
-
-    def counted(self):
-        calls.append(self.trainer.global_step)
-        return original(self)
-
-    monkeypatch.setattr(SentenceClassificationModule, "on_validation_epoch_end", counted)
-    return calls
-
-
 def test_a_best_checkpoint_equal_to_the_final_weights_is_not_validated_twice(make_cfg, tmp_path, monkeypatch):
-    calls = _count_validations(monkeypatch)
+    calls = count_validations(monkeypatch)
     metrics = train(make_cfg("finetune=full"), tmp_path / "run")
     assert len(calls) == 1  # one epoch: fit's own validation is the final one
     _assert_metrics_of_best_checkpoint(make_cfg, tmp_path / "run", metrics)
@@ -111,7 +97,7 @@ def test_a_best_checkpoint_equal_to_the_final_weights_is_not_validated_twice(mak
 def test_a_best_checkpoint_older_than_the_final_weights_is_validated_again(make_cfg, tmp_path, monkeypatch):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    calls = _count_validations(monkeypatch)
+    calls = count_validations(monkeypatch)
     # Keep the first epoch's checkpoint as the best whatever the second scores.
     monkeypatch.setattr(ModelCheckpoint, "check_monitor_top_k", lambda self, trainer, current=None: not self.best_k_models)
     metrics = train(make_cfg("finetune=full", "trainer.max_epochs=2"), tmp_path / "run")
