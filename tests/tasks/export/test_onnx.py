@@ -130,3 +130,40 @@ def test_runner_overrides_and_errors(loaded, exported, tmp_path):
         runner.decode_tags(torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool))
     with pytest.raises(MissingFileError, match="model.onnx"):
         OnnxRunner.from_folder(tmp_path)
+
+
+def _raw_inputs(name: str) -> list[dict]:
+    import json
+
+    from sesame.tasks.paths import shipped_path
+
+    if name == "glue":
+        lines = Path(shipped_path("glue/sst2/dev.tsv")).read_text(encoding="utf-8").splitlines()[1:25]
+        return [{"text": line.split("\t")[0]} for line in lines]
+    if name == "qa":
+        squad = json.loads(Path(shipped_path("squad_v1/dev.slice.json")).read_text(encoding="utf-8"))
+        return [{"id": q["id"], "question": q["question"], "context": p["context"]}
+                for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]][:12]
+    sentences = Path(shipped_path("wnut17/dev.300.conll")).read_text(encoding="utf-8").split("\n\n")[:16]
+    return [{"text": " ".join(line.split()[0] for line in s.splitlines() if line.strip())} for s in sentences if s.strip()]
+
+
+@pytest.mark.parametrize("name", ["glue", "qa", "ner_crf"])
+def test_sesame_predict_on_the_onnx_folder_gives_the_run_folders_predictions(trained_run, exported, name):
+    from sesame.tasks.predictor import Predictor
+
+    folder, _ = exported(name)
+    inputs = _raw_inputs(name)
+    from_torch = Predictor.from_run(trained_run(name))(inputs)
+    from_onnx = Predictor.from_run(folder)(inputs)
+    assert len(from_onnx) == len(from_torch) == len(inputs)
+    for t, o in zip(from_torch, from_onnx):
+        if name == "glue":
+            assert o["label"] == t["label"]
+            assert o["probabilities"] == pytest.approx(t["probabilities"], abs=1e-5)
+        elif name == "qa":
+            assert (o["answer"], o["char_start"], o["char_end"]) == (t["answer"], t["char_start"], t["char_end"])
+            assert o["score"] == pytest.approx(t["score"], abs=1e-4)
+        else:
+            assert o["tags"] == t["tags"] and o["tokens"] == t["tokens"]
+            assert [e["text"] for e in o["entities"]] == [e["text"] for e in t["entities"]]
