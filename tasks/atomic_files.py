@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import torch
+
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
@@ -20,7 +22,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private (0600); a run's files are as readable as any
+    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it private (0600); a run's files are as readable as any
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
@@ -42,7 +44,15 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2)
     return write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (reading it means setting it: it is set straight back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def torch_save_atomic(obj: Any, path: str | Path) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically (a checkpoint is whole or not there)."""
+    with atomic_open(path, "wb") as handle:
+        torch.save(obj, handle)
+    return Path(path)

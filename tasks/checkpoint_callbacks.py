@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from sesame.tasks.atomic_files import atomic_open
+from sesame.tasks.atomic_files import torch_save_atomic
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.settings import Settings
 
@@ -44,8 +44,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
-        with atomic_open(path, "wb") as handle:
-            torch.save(checkpoint, handle)
+        torch_save_atomic(checkpoint, path)
 
 
 class BestAndLastCheckpoint(ModelCheckpoint):

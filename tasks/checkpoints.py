@@ -21,7 +21,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from sesame.tasks.atomic_files import atomic_open, write_text_atomic
+from sesame.tasks.atomic_files import torch_save_atomic, write_text_atomic
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
 from sesame.tasks.encoder import Encoder, EncoderSettings, load_tokenizer
 from sesame.tasks.encoder_store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
@@ -155,9 +155,7 @@ def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path
         "hyper_parameters": {"cfg": cfg},
         "pytorch-lightning_version": L.__version__,
     }
-    with atomic_open(path, "wb") as handle:
-        torch.save(checkpoint, handle)
-    return path
+    return torch_save_atomic(checkpoint, path)
 
 
 def save_model_folder(module: EncoderTaskModule, cfg: dict[str, Any], output_dir: str | Path,

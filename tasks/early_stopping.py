@@ -69,21 +69,9 @@ class MainMetricEarlyStopping(EarlyStopping):
             self._stopped_before_resume = False
 
 
-class EarlyStoppingNeedsValidation(Callback):
-    """Set where there is no validation data to stop on: fitting then fails with a ConfigError
-    (evaluating, which never fits, is unaffected)."""
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            raise ConfigError("trainer.early_stopping.patience is set but the run has no validation data to "
-                              "stop on. Fix: set data.validation_file, or trainer.early_stopping.patience=null")
-
-
 def early_stopping_callbacks(settings: EarlyStoppingSettings | None, monitor: str | None) -> list[Callback]:
     """The callback for the trainer (none when early stopping is off or not configured); ``monitor`` is
     the task's main metric, or None when there is no validation split."""
-    if settings is None or not settings.enabled:
+    if settings is None or not settings.enabled or monitor is None:  # train() refuses it without validation data
         return []
-    if monitor is None:
-        return [EarlyStoppingNeedsValidation()]
     return [MainMetricEarlyStopping(monitor, settings.patience, settings.min_delta)]

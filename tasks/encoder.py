@@ -162,7 +162,7 @@ class Encoder(nn.Module):
         self.num_hidden_states: int = int(self.config.num_hidden_layers) + 1
         # The signature, not forward.__code__: transformers 5 wraps forward in decorators whose code
         # object takes (*args, **kwargs), which silently dropped BERT's segment ids.
-        self._takes_token_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        self.takes_token_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
 
     @classmethod
     def from_settings(cls, settings: EncoderSettings, name_or_path: str | None = None, load_weights: bool = True) -> Encoder:
@@ -196,7 +196,7 @@ class Encoder(nn.Module):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
         kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None and self._takes_token_types:
+        if token_type_ids is not None and self.takes_token_types:
             kwargs["token_type_ids"] = token_type_ids
         out = self.model(**kwargs, output_hidden_states=True, return_dict=True)
         return tuple(out.hidden_states)

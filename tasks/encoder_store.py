@@ -1,8 +1,8 @@
 """The encoder folder of a run: what makes a run folder usable with nothing else present.
 
 ``<run>/encoder/`` holds the encoder's ``config.json`` and its tokenizer files, always; and, when the
-run does not train every encoder weight (``finetune.mode`` frozen or top_k), the pretrained weights
-once (``model.safetensors``). Those frozen weights are then left out of every checkpoint: a
+run does not train every encoder weight (``finetune.mode`` frozen, top_k, bitfit or lora), the
+pretrained weights once (``model.safetensors``). Those frozen weights are then left out of every checkpoint: a
 checkpoint records only their names and a sha256 digest of their values, which is checked when they
 are filled back in, so a checkpoint never silently runs on other weights than it was trained on.
 """

@@ -20,7 +20,7 @@ from hydra.utils import get_class
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sesame.tasks.atomic_files import atomic_open, write_json_atomic, write_text_atomic
+from sesame.tasks.atomic_files import torch_save_atomic, write_json_atomic, write_text_atomic
 from sesame.tasks.checkpoint_callbacks import (
     AtomicCheckpointIO,
     CheckpointSettings,
@@ -177,12 +177,16 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     distill = DistillSettings.from_config(cfg.distill)
     if cfg.get("logger") is not None:
         LoggerSettings.from_config(cfg.logger)  # a missing logger package fails before any work
-    if cfg.trainer.get("early_stopping") is not None:
-        EarlyStoppingSettings.from_config(cfg.trainer.early_stopping)
+    stopping = cfg.trainer.get("early_stopping")
+    stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
     resume_from = resolve_resume(cfg.get("resume"), run_dir)
     check_trains(cfg.trainer)
-    if cfg.get("calibrate") and not cfg.data.get("validation_file"):
-        raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
+    if not cfg.data.get("validation_file"):  # settings that need the dev set, refused before any work
+        if stopping is not None and stopping.enabled:
+            raise ConfigError("trainer.early_stopping.patience is set but the run has no validation data to stop on. "
+                              "Fix: set data.validation_file, or trainer.early_stopping.patience=null")
+        if cfg.get("calibrate"):
+            raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     datamodule.setup("fit")
@@ -238,8 +242,7 @@ def calibrate_best(module: EncoderTaskModule, best: str | None) -> dict[str, flo
     if best and is_main_process():
         checkpoint = torch.load(best, map_location="cpu", weights_only=False)
         checkpoint["state_dict"]["calibration.temperature"] = module.calibration.temperature.detach().clone()
-        with atomic_open(best, "wb") as handle:
-            torch.save(checkpoint, handle)
+        torch_save_atomic(checkpoint, best)
     return result
 
 

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from sesame.tasks.atomic_files import current_umask
+from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.errors import ConfigError, UserError
 
 #: ``--format`` values.
@@ -78,9 +80,7 @@ def staged_folder(output: str | Path) -> Iterator[Path]:
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the export is an ordinary folder
         yield tmp
         check_output_folder(output)  # someone may have written it meanwhile
         if output.is_dir():
@@ -122,19 +122,6 @@ _WORDS = [
 ]
 
 
-def pad_batch(rows: Sequence[Mapping[str, Sequence[Any]]], pad_id: int, keys: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Right-pad token rows to the longest (``input_ids`` with ``pad_id``, everything else with 0 / False)."""
-    width = max(len(r["input_ids"]) for r in rows)
-    batch: dict[str, torch.Tensor] = {}
-    for key in keys:
-        if key not in rows[0]:
-            continue
-        fill = pad_id if key == "input_ids" else 0
-        dtype = torch.bool if key == "context_mask" else torch.long
-        batch[key] = torch.tensor([list(r[key]) + [fill] * (width - len(r[key])) for r in rows], dtype=dtype)
-    return batch
-
-
 def probe_batch(family: str, tokenizer: PreTrainedTokenizerBase, rows: Sequence[int], max_length: int,
                 pairs: bool = False) -> dict[str, torch.Tensor]:
     """A padded batch of the built-in probe inputs ``rows`` (indices 0-3) for a task family.
@@ -143,7 +130,6 @@ def probe_batch(family: str, tokenizer: PreTrainedTokenizerBase, rows: Sequence[
     (the context's tokens), NER batches are word lists tokenised as sesame's windows are.
     """
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    keys = ("input_ids", "attention_mask", "token_type_ids", "context_mask")
     encoded: list[dict[str, Any]] = []
     for i in rows:
         if family == "question_answering":
@@ -157,7 +143,7 @@ def probe_batch(family: str, tokenizer: PreTrainedTokenizerBase, rows: Sequence[
             a, b = _SENTENCES[i]
             row = dict(tokenizer(a, b if pairs else None, truncation=True, max_length=max_length))
         encoded.append(row)
-    return pad_batch(encoded, pad_id, keys)
+    return PaddingCollator({"input_ids": pad_id, "context_mask": False})(encoded)
 
 
 def is_pair_task(module: Any) -> bool:

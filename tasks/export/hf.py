@@ -34,6 +34,7 @@ from transformers import PreTrainedModel
 
 from sesame.tasks.checkpoints import TrainedModel, load_trained
 from sesame.tasks.compression.int8 import is_quantized
+from sesame.tasks.encoder import encoder_inputs
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.export import (as_tuple, check_output_folder, decision_thresholds, is_pair_task, probe_batch,
                                  staged_folder, task_family)
@@ -221,7 +222,7 @@ def fill_weights(hf: PreTrainedModel, trained: TrainedModel) -> None:
 
 
 def hf_outputs(hf: PreTrainedModel, family: str, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    inputs = encoder_inputs(batch)
     if "token_type_ids" in inputs and "token_type_ids" not in _forward_parameters(hf):
         inputs.pop("token_type_ids")
     out = hf(**inputs)

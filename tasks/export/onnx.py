@@ -21,7 +21,6 @@ trained config: task, labels, data and head settings for ``sesame-predict``), [`
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import shutil
@@ -67,7 +66,7 @@ CHECK_ROWS = ((2, 3, 0), (1,))
 def input_names(trained: TrainedModel) -> list[str]:
     """The graph's inputs for this model."""
     names = ["input_ids", "attention_mask"]
-    if "token_type_ids" in inspect.signature(trained.module.encoder.model.forward).parameters:
+    if trained.module.encoder.takes_token_types:
         names.append("token_type_ids")
     if task_family(trained.cfg) == "question_answering":
         names.append("context_mask")

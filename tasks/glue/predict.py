@@ -22,10 +22,9 @@ import torch
 from hydra.utils import get_class
 
 from sesame.tasks.batching import PaddingCollator
+from sesame.tasks.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.predictor import ModelRunner, Predictor, string_field
-
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class ClassificationPredictor(Predictor):
@@ -66,10 +65,10 @@ class ClassificationPredictor(Predictor):
         texts = [t for t, _ in items]
         pairs = [p for _, p in items] if self.pairs else None
         enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.max_seq_length)
-        keys = [k for k in MODEL_INPUTS if k in enc]
+        keys = [k for k in ENCODER_INPUT_KEYS if k in enc]
         features = [{k: enc[k][i] for k in keys} for i in range(len(items))]
         outputs: list[dict[str, Any]] = [{} for _ in items]
-        for index, _, logits in self.run_sorted(features, self.collator, MODEL_INPUTS):
+        for index, _, logits in self.run_sorted(features, self.collator, ENCODER_INPUT_KEYS):
             if self.label_names is None:
                 for i, score in zip(index.tolist(), logits[:, 0].tolist()):
                     outputs[i] = {"score": score}

@@ -16,13 +16,11 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from sesame.heads.masking import IGNORE_INDEX
-from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.datamodule import DataSettings, SplitDataModule
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import FORMATS, NerExamples, check_tag, read_examples
 from sesame.tasks.ner.tags import TAG_SCHEMES, apply_tag_scheme, build_tag_set, encode_tags
-from sesame.tasks.ner.windows import tokenize_examples
+from sesame.tasks.ner.windows import tagging_collator, tokenize_examples
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +71,7 @@ class NerDataModule(SplitDataModule):
         self.tag_names: list[str] = []
         self.examples: dict[str, NerExamples] = {}
         self.splits: dict[str, datasets.Dataset] = {}
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.collator = PaddingCollator(
-            {"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0, "labels": IGNORE_INDEX, "word_index": -1}
-        )
+        self.collator = tagging_collator(tokenizer)
 
     def _read(self, key: str) -> NerExamples:
         s = self.settings

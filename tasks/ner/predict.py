@@ -34,15 +34,14 @@ import numpy as np
 import torch
 
 from sesame.heads.masking import IGNORE_INDEX
-from sesame.tasks.batching import PaddingCollator
+from sesame.tasks.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.errors import DataError
 from sesame.tasks.ner.metrics import get_entities
-from sesame.tasks.ner.windows import WindowTokenizer, stitch_words
+from sesame.tasks.ner.windows import WindowTokenizer, stitch_words, tagging_collator
 from sesame.tasks.predictor import ModelRunner, Predictor, finite, string_field
 
 #: How raw text is split into words (see the module docstring); each match is one word.
 WORD_PATTERN = re.compile(r"\w+(?:['\u2019-]\w+)*|[^\w\s]")
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def split_words(text: str) -> tuple[list[str], np.ndarray]:
@@ -78,8 +77,7 @@ class TaggingPredictor(Predictor):
         self.tag_names = np.asarray([str(n) for n in data["tag_names"]], dtype=object)
         self.entity_mode = self.cfg["task"].get("entity_metric") or "conlleval"
         self.windows = WindowTokenizer(self.tokenizer, self.max_seq_length, bool(data["label_all_subwords"]))
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.collator = PaddingCollator({"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0, "word_index": -1})
+        self.collator = tagging_collator(self.tokenizer)
 
     def prepare(self, record: Mapping[str, Any], where: str) -> Sentence:
         fix = 'give each input as {"text": "raw text"} or {"tokens": ["pre", "split", "words"]}'
@@ -101,10 +99,10 @@ class TaggingPredictor(Predictor):
         if not todo:
             return outputs
         enc = self.windows({"tokens": [items[i].words for i in todo], "example_index": list(range(len(todo)))})
-        keys = [k for k in (*MODEL_INPUTS, "word_index", "example_index") if k in enc]
+        keys = [k for k in (*ENCODER_INPUT_KEYS, "word_index", "example_index") if k in enc]
         features = [{k: enc[k][j] for k in keys} for j in range(len(enc["input_ids"]))]
         parts = []
-        for _, batch, logits in self.run_sorted(features, self.collator, MODEL_INPUTS):
+        for _, batch, logits in self.run_sorted(features, self.collator, ENCODER_INPUT_KEYS):
             words = batch["word_index"] >= 0  # [B, T] the first sub-token of each word
             tags = self.runner.decode_tags(logits, words)
             probs = torch.softmax(logits.float(), dim=-1).gather(-1, tags.clamp(min=0).unsqueeze(-1)).squeeze(-1)

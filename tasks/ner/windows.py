@@ -19,6 +19,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.heads.masking import IGNORE_INDEX
+from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.encoder import check_max_seq_length
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import NerExamples
@@ -185,3 +186,11 @@ def stitch_words(
     flat = np.empty(int(offsets[-1]), dtype=np.asarray(values).dtype)
     flat[flat_pos] = values
     return np.split(flat, offsets[1:-1])
+
+
+def tagging_collator(tokenizer: PreTrainedTokenizerBase) -> PaddingCollator:
+    """Pads windows to the batch's longest one: ``input_ids`` with the pad token (0 without one),
+    ``labels`` with ``IGNORE_INDEX``, ``word_index`` with -1 (no word), the masks and segments with 0."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return PaddingCollator({"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0, "labels": IGNORE_INDEX,
+                            "word_index": -1})

@@ -29,12 +29,14 @@ from typing import Any
 import datasets
 import torch
 
+from sesame.tasks.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.predictor import ModelRunner, Predictor, finite, string_field
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
 from sesame.tasks.qa.windows import check_question_lengths, encode_windows, window_collator
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "context_mask")
+#: What the QA module's forward reads: the encoder's inputs and the context mask.
+MODEL_INPUTS = (*ENCODER_INPUT_KEYS, "context_mask")
 
 
 class QuestionAnsweringPredictor(Predictor):
