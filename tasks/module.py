@@ -107,6 +107,8 @@ class EncoderTaskModule(L.LightningModule):
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):
             param.requires_grad_(False)  # no gradient reaches them: not trained (DDP needs every trained one used)
+        if not self.reads_encoder_pooler():
+            self.encoder.drop_pooler()
         self._frozen_digest: str | None = None
         self.output_dir: Path | None = None
         self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
@@ -118,6 +120,11 @@ class EncoderTaskModule(L.LightningModule):
         # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
         # without this, full fine-tuning would silently train with dropout off.
         self.train()
+
+    def reads_encoder_pooler(self) -> bool:
+        """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
+        then drops the encoder's pooler itself. Every other module drops it at once."""
+        return False
 
     @property
     def encoder_frozen(self) -> bool:
@@ -177,13 +184,14 @@ class EncoderTaskModule(L.LightningModule):
         checkpoint["state_dict"].update({k: params[k].detach().clone() for k in record["keys"]})
 
     def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """All hidden states, each [B, T, H]; no graph is kept for a frozen encoder."""
+        """The hidden states the fusion reads, each [B, T, H]: all of them, or only the last (a
+        1-tuple) for a fusion that reads nothing else. No graph is kept for a frozen encoder."""
         if self.feature_cache is not None:
             cached = self.feature_cache.lookup(batch)
             if cached is not None:
                 return cached
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
-            return self.encoder(**encoder_inputs(batch))
+            return self.encoder(**encoder_inputs(batch), all_layers=not self.fusion.reads_last_only)
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Fused per-token features [B, T, feature_size]."""

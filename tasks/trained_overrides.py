@@ -81,6 +81,9 @@ def apply_overrides(trained: Mapping[str, Any], overrides: Mapping[str, Any], so
         if old == "<unset>" and group == "head":
             raise ConfigError(f"{key}: the trained model of {source} has no such head setting "
                               f"(it has: {', '.join(sorted(cfg.get('head') or {}))})")
+        if key == "encoder.init" and old != value:  # the weights are what that init trained into
+            raise ConfigError(f"encoder.init cannot be overridden for the trained model {source} (trained from "
+                              f"{old} initialisation). Fix: drop the override")
         if old != value:
             log.info("overriding the trained %s=%s with %s", key, old, value)
         OmegaConf.update(cfg, key, value, force_add=True)

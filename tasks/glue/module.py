@@ -95,11 +95,13 @@ class SentenceClassificationModule(EncoderTaskModule):
         with settings_check():
             self.pooling = build_pooling(pooling.name, self.feature_size)
         if isinstance(self.pooling, PoolerPooling):
-            if not self.encoder.has_pretrained("pooler"):
+            if self.encoder.has_pretrained("pooler"):
+                self.pooling.load_from(self.encoder.model.pooler)
+            elif encoder is None:  # a trained model read back (encoder given) has the pooler in its checkpoint
                 raise ConfigError(
                     f"pooling=pooler, but {self.encoder.name_or_path} has no pooler; use pooling=cls or mean"
                 )
-            self.pooling.load_from(self.encoder.model.pooler)
+            self.encoder.drop_pooler()  # its copy in the head is what trains
         num_labels = 1 if self.label_names is None else len(self.label_names)
         self.class_weights_setting = head.class_weights
         self.head = SequenceClassifierHead(
@@ -108,6 +110,9 @@ class SentenceClassificationModule(EncoderTaskModule):
         )
         self.calibration = TemperatureScaling()  # 1 (no change) unless calibrate=true fitted it
         self._eval_logits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def reads_encoder_pooler(self) -> bool:
+        return PoolingSettings.from_config(self.cfg.pooling).name == "pooler"
 
     # Loss settings ---------------------------------------------------------------------------------
     def _checked_smoothing(self, head: ClassifierHeadSettings) -> float:
