@@ -1,5 +1,5 @@
-"""How every task's examples become batches: samplers (resumable shuffle, length-sorted evaluation),
-one padding collator, and the loader recipe that combines them."""
+"""How every task's examples become batches: samplers (a resumable shuffle, optionally length-grouped;
+length-sorted evaluation), one padding collator, and the loader recipe that combines them."""
 
 from __future__ import annotations
 
@@ -52,6 +52,40 @@ class ResumableShuffleSampler(Sampler[int]):
         return self.num_examples
 
 
+class LengthGroupedShuffleSampler(ResumableShuffleSampler):
+    """A resumable shuffle whose consecutive ``batch_size`` indices have similar lengths.
+
+    The epoch's shuffle (the parent's, fixed by ``(seed, epoch)``) is cut into mega-batches of
+    ``mega_batches * batch_size`` examples; each is sorted by length and cut into batches, and the
+    order of all full batches is shuffled again, so batches stay random while padding within one
+    shrinks. The one partial batch (if any) goes last, so the ``DataLoader`` cuts batches exactly
+    where this sampler made them and ``skip`` (examples already trained on) stays a whole number of
+    batches after a resume.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, epoch: int = 0, skip: int = 0,
+                 mega_batches: int = 50) -> None:
+        super().__init__(len(lengths), seed, epoch=epoch, skip=skip)
+        self.lengths = np.asarray(lengths)
+        self.batch_size, self.mega_batches = batch_size, mega_batches
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(self.num_examples, generator=generator).numpy()
+        size = self.batch_size * self.mega_batches
+        batches: list[np.ndarray] = []
+        for lo in range(0, len(order), size):
+            mega = order[lo : lo + size]
+            mega = mega[np.argsort(-self.lengths[mega], kind="stable")]
+            batches += [mega[i : i + self.batch_size] for i in range(0, len(mega), self.batch_size)]
+        partial = [b for b in batches if len(b) < self.batch_size]
+        full = [b for b in batches if len(b) == self.batch_size]
+        shuffled = [full[i] for i in torch.randperm(len(full), generator=generator).tolist()] + partial
+        flat = np.concatenate(shuffled).tolist() if shuffled else []
+        start, self._skip = self._skip, 0
+        return iter(flat[start:])
+
+
 def make_loader(
     dataset: Dataset,
     *,
@@ -62,13 +96,20 @@ def make_loader(
     lengths: Sequence[int] | None = None,
     seed: int = 0,
     resume_at: tuple[int, int] | None = None,
+    group_by_length: bool = False,
 ) -> DataLoader:
-    """Training: a resumable shuffle (``resume_at`` = (epoch, batches already done)). Evaluation:
-    length-sorted batches (``lengths`` per example)."""
+    """Training: a resumable shuffle (``resume_at`` = (epoch, batches already done)), length-grouped
+    with ``group_by_length`` (``lengths`` per example). Evaluation: length-sorted batches."""
     common = {"collate_fn": collate_fn, "num_workers": num_workers, "persistent_workers": num_workers > 0}
     if train:
         epoch, done = resume_at or (0, 0)
-        sampler = ResumableShuffleSampler(len(dataset), seed, epoch=epoch, skip=done * batch_size)
+        if group_by_length:
+            if lengths is None:
+                raise ValueError("length-grouped training batches need per-example lengths")
+            sampler: ResumableShuffleSampler = LengthGroupedShuffleSampler(
+                lengths, batch_size, seed, epoch=epoch, skip=done * batch_size)
+        else:
+            sampler = ResumableShuffleSampler(len(dataset), seed, epoch=epoch, skip=done * batch_size)
         # Its own generator: creating the iterator then draws nothing from the global RNG.
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=torch.Generator().manual_seed(seed), **common)
     if lengths is None:

@@ -36,6 +36,7 @@ class DataSettings(Settings):
     max_train_examples: int | None  # the first N (null = all)
     max_eval_examples: int | None
     num_workers: int
+    group_by_length: bool  # training batches of similar length, shuffled batch by batch
 
     def __post_init__(self) -> None:
         for key in ("max_seq_length", "batch_size", "eval_batch_size"):
@@ -100,7 +101,8 @@ class SplitDataModule(L.LightningDataModule):
         return make_loader(
             self.dataset(split), train=train, batch_size=int(s.batch_size if train else s.eval_batch_size),
             collate_fn=self.collator, num_workers=int(s.num_workers),
-            lengths=None if train else self.example_lengths(split), seed=self.seed, resume_at=self.resume_at,
+            lengths=self.example_lengths(split) if not train or s.group_by_length else None, seed=self.seed,
+            resume_at=self.resume_at, group_by_length=train and bool(s.group_by_length),
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -22,6 +22,11 @@ from sesame.tasks.qa.windows import WindowDataset, check_question_lengths, encod
 log = logging.getLogger(__name__)
 
 
+#: ``data.train_windows``: of an answerable question's training windows, keep only those that hold the
+#: answer, or all of them (those without it labelled [CLS], as BERT's original recipe and HF's run_qa do).
+TRAIN_WINDOWS = ("with_answer", "all")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SquadDataSettings(DataSettings):
     """``cfg.data`` of the SQuAD tasks; the keys of ``conf/data/squad_v1_slice.yaml``, described there.
@@ -31,10 +36,19 @@ class SquadDataSettings(DataSettings):
     doc_stride: int
     on_bad_example: str
     drop_train_overlap: bool
+    train_windows: str  # with_answer | all
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_bad_example_mode(self.on_bad_example)
+        if self.train_windows not in TRAIN_WINDOWS:
+            raise ConfigError(f"data.train_windows={self.train_windows!r} is not one of {', '.join(TRAIN_WINDOWS)}")
+
+    @property
+    def trains_null(self) -> bool:
+        """Whether some training windows point at [CLS]: v2's unanswerable questions, or windows
+        without the answer kept by ``train_windows=all``."""
+        return self.version_2_with_negative or self.train_windows == "all"
 
 
 class SquadDataModule(SplitDataModule):
@@ -99,7 +113,7 @@ class SquadDataModule(SplitDataModule):
         report.kept = len(ds)
         windows = encode_windows(
             ds, self.tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
-            train=split == "train", drop_windows_without_answer=split == "train" and not s.version_2_with_negative,
+            train=split == "train", drop_windows_without_answer=split == "train" and s.train_windows == "with_answer",
         )
         if not windows:
             raise DataError(f"{path}: no {split} windows left (every window lacks its answer?)")

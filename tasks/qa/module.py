@@ -50,9 +50,11 @@ class SquadModule(EncoderTaskModule):
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
-        self.version_2 = SquadDataSettings.from_config(self.cfg.data).version_2_with_negative
+        data = SquadDataSettings.from_config(self.cfg.data)
+        self.version_2 = data.version_2_with_negative
         self.decoding = SpanHeadSettings.from_config(self.cfg.head)
-        self.head = SpanPointerHead(self.feature_size, allow_null=self.version_2)
+        # [CLS] stays a target wherever training labels point at it; v1 decoding never picks it.
+        self.head = SpanPointerHead(self.feature_size, allow_null=data.trains_null)
         self.metric_version = "squad_v2" if self.version_2 else "squad_v1"
 
     def load_hf_head(self, folder: str | Path) -> None:

@@ -90,13 +90,46 @@ def test_datamodule_batches(write_json, real_dev_v1, tokenizer):
 def test_datamodule_v2_keeps_null_windows(write_json, real_dev_v2, tokenizer):
     path = str(write_json(real_dev_v2))
     dm = datamodule(tokenizer, train_file=path, version_2_with_negative=True, max_seq_length=96, doc_stride=32,
-                    batch_size=1000)
+                    batch_size=1000, train_windows="all")
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     impossible = torch.tensor([not dm.examples("train")[i]["answers"]["text"] for i in batch["example_index"].tolist()])
     assert (batch["start_positions"][impossible] == 0).all() and impossible.any()
     assert (batch["start_positions"][~impossible] == 0).any() and (batch["start_positions"][~impossible] > 0).any()
     assert not dm.has_split("validation")
+    # with_answer leaves out the answerable questions' windows without the answer, not the unanswerable ones
+    kept = datamodule(tokenizer, train_file=path, version_2_with_negative=True, max_seq_length=96, doc_stride=32,
+                      batch_size=1000, train_windows="with_answer")
+    kept.setup("fit")
+    labels = next(iter(kept.train_dataloader()))
+    answerable = torch.tensor([bool(kept.examples("train")[i]["answers"]["text"]) for i in labels["example_index"].tolist()])
+    assert (labels["start_positions"][answerable] > 0).all()
+    assert int((~answerable).sum()) == int(impossible.sum())
+    assert len(labels["start_positions"]) == len(batch["start_positions"]) - int(((batch["start_positions"] == 0) & ~impossible).sum())
+
+
+@pytest.mark.parametrize("train_windows", ["with_answer", "all"])
+def test_v1_train_windows_setting(write_json, real_dev_v1, tokenizer, train_windows):
+    """train_windows=all keeps v1 windows without the answer, labelled [CLS], and the v1 head then keeps
+    [CLS] as a target (it would be -inf, an infinite loss); with_answer drops them and masks [CLS]."""
+    from sesame.heads.span_pointer import SpanPointerHead
+
+    path = str(write_json(real_dev_v1))
+    dm = datamodule(tokenizer, train_file=path, max_seq_length=96, doc_stride=32, batch_size=1000,
+                    train_windows=train_windows)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert ((batch["start_positions"] == 0).any()) == (train_windows == "all")
+    assert dm.settings.trains_null == (train_windows == "all")
+    head = SpanPointerHead(8, allow_null=dm.settings.trains_null)
+    start, end = head(torch.randn(*batch["input_ids"].shape, 8), batch["context_mask"])
+    loss = head.loss(start, end, batch["start_positions"], batch["end_positions"])
+    assert torch.isfinite(loss)
+
+
+def test_a_bad_train_windows_value_is_refused():
+    with pytest.raises(ConfigError, match="data.train_windows='answers' is not one of with_answer, all"):
+        squad_settings(train_windows="answers")
 
 
 def test_datamodule_drops_training_paragraphs_that_are_evaluated(write_json, real_dev_v1, tokenizer, caplog):
