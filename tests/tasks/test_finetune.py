@@ -109,3 +109,31 @@ def _datamodule(cfg):
     dm = build_datamodule(cfg)
     dm.setup("fit")
     return dm
+
+
+def test_the_optimizer_is_torchs_fused_adamw_and_steps_like_the_plain_one():
+    """Fused AdamW (what the Hugging Face Trainer uses by default) is the same update as the for-each one."""
+    from sesame.tasks.finetune import build_optimizer
+
+    settings = FinetuneSettings(mode="full", top_k=0, encoder_lr=1e-2, head_lr=2e-2, weight_decay=0.01,
+                                warmup_ratio=0.0, adam_epsilon=1e-8)
+    torch.manual_seed(0)
+    encoder, head = torch.nn.Linear(6, 5), torch.nn.Linear(5, 3)
+    twin_encoder, twin_head = torch.nn.Linear(6, 5), torch.nn.Linear(5, 3)
+    twin_encoder.load_state_dict(encoder.state_dict())
+    twin_head.load_state_dict(head.state_dict())
+    fused, _ = build_optimizer(encoder, head.named_parameters(), settings, total_steps=10)
+    assert fused.defaults["fused"] is True
+    twin_of = {id(p): q for p, q in zip([*encoder.parameters(), *head.parameters()],
+                                        [*twin_encoder.parameters(), *twin_head.parameters()])}
+    plain = torch.optim.AdamW([{"params": [twin_of[id(p)] for p in g["params"]], "lr": g["lr"],
+                                "weight_decay": g["weight_decay"]} for g in fused.param_groups], eps=1e-8, foreach=False)
+    x = torch.randn(8, 6)
+    for _ in range(3):
+        for (enc, hd, opt) in ((encoder, head, fused), (twin_encoder, twin_head, plain)):
+            hd(enc(x)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    torch.testing.assert_close(head.weight, twin_head.weight)
+    torch.testing.assert_close(encoder.weight, twin_encoder.weight)
+    assert not torch.equal(encoder.weight, torch.nn.Linear(6, 5).weight)
