@@ -182,9 +182,12 @@ FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")
 
 
 def build_optimizer(
-    encoder: nn.Module, head_named_parameters: Iterable[tuple[str, nn.Parameter]], settings: FinetuneSettings, total_steps: int
+    encoder: nn.Module, head_named_parameters: Iterable[tuple[str, nn.Parameter]], settings: FinetuneSettings,
+    total_steps: int, allow_fused: bool = True,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with separate encoder / head learning rates and a linear warm-up then decay schedule."""
+    """AdamW with separate encoder / head learning rates and a linear warm-up then decay schedule.
+    ``allow_fused=False`` keeps the for-each kernel (Lightning's mixed precision refuses to clip the
+    gradients of a fused optimiser, which unscales them itself)."""
     groups = parameter_groups(encoder.named_parameters(), settings.encoder_lr, settings.weight_decay)
     groups += parameter_groups(head_named_parameters, settings.head_lr, settings.weight_decay)
     if not groups:
@@ -192,7 +195,7 @@ def build_optimizer(
     # The fused kernel updates every tensor in one pass: on CPU it took the optimiser step of MiniLM-L6
     # from 0.44 s to 0.10 s (for-each), same arithmetic; it needs float tensors on a device that has it.
     params = [p for group in groups for p in group["params"]]
-    fused = all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
+    fused = allow_fused and all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
     optimizer = torch.optim.AdamW(groups, eps=settings.adam_epsilon, fused=fused or None)
     warmup = int(settings.warmup_ratio * total_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(total_steps, 1))

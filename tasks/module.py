@@ -205,7 +205,8 @@ class EncoderTaskModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer, scheduler = build_optimizer(
-            self.encoder, self.head_named_parameters(), self.finetune, int(self.trainer.estimated_stepping_batches)
+            self.encoder, self.head_named_parameters(), self.finetune, int(self.trainer.estimated_stepping_batches),
+            allow_fused="mixed" not in str(self.trainer.precision),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

@@ -32,6 +32,7 @@ from sesame.tasks.checkpoints import build_module, resolve_resume
 from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
 from sesame.tasks.datamodule import SplitDataModule
 from sesame.tasks.distributed import is_main_process
+from sesame.tasks.compilation import CompileEncoder
 from sesame.tasks.early_stopping import EarlyStoppingSettings, early_stopping_callbacks
 from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
 from sesame.tasks.encoder_store import ENCODER_FOLDER, has_weights, save_encoder_folder
@@ -60,18 +61,20 @@ def build_trainer(
     cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None,
     every_n_train_steps: int | None = None,
 ) -> L.Trainer:
-    """A ``lightning.Trainer`` with ``cfg.trainer``'s arguments (all but ``early_stopping``), the run's
+    """A ``lightning.Trainer`` with ``cfg.trainer``'s arguments (all but ``early_stopping`` and ``compile``), the run's
     checkpoints (best by ``monitor``, the task's main metric; None without validation data), early
     stopping on ``monitor`` when set, ``<run>/logs/metrics.csv`` plus the ``logger`` group's logger
     (a config without one, e.g. an older run's: csv only), and a rich progress bar where it shows."""
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     stopping = kwargs.pop("early_stopping", None)  # a trainer block without one: off
+    compile_encoder = bool(kwargs.pop("compile", False))
     stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
     logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
     callbacks = [
         checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(),
         *early_stopping_callbacks(stopping, monitor), *(extra_callbacks or []),
         *progress_bar_callbacks(kwargs.get("enable_progress_bar") is not False),
+        *([CompileEncoder()] if compile_encoder else []),
     ]
     if every_n_train_steps:
         callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
