@@ -33,6 +33,7 @@ from sesame.tasks.compression.distill import DistillationCallback, Distiller, Di
 from sesame.tasks.datamodule import SplitDataModule
 from sesame.tasks.distributed import is_main_process
 from sesame.tasks.compilation import CompileEncoder
+from sesame.tasks.throughput import TrainingThroughput
 from sesame.tasks.early_stopping import EarlyStoppingSettings, early_stopping_callbacks
 from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
 from sesame.tasks.encoder_store import ENCODER_FOLDER, has_weights, save_encoder_folder
@@ -71,7 +72,7 @@ def build_trainer(
     stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
     logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
     callbacks = [
-        checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(),
+        checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), TrainingThroughput(run_dir),
         *early_stopping_callbacks(stopping, monitor), *(extra_callbacks or []),
         *progress_bar_callbacks(kwargs.get("enable_progress_bar") is not False),
         *([CompileEncoder()] if compile_encoder else []),

@@ -3,6 +3,8 @@ groups similar lengths, and resumes mid-epoch where it stopped."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -56,20 +58,32 @@ def test_grouping_without_lengths_is_refused():
         make_loader([{"x": 1}], train=True, batch_size=1, collate_fn=PaddingCollator({}), group_by_length=True)
 
 
-def test_a_run_with_group_by_length_trains_on_grouped_batches(make_cfg, tmp_path, monkeypatch):
+def test_a_run_with_group_by_length_trains_on_grouped_batches_and_counts_its_tokens(make_cfg, tmp_path, monkeypatch):
+    """Grouped batches span a narrow band of lengths, and train_throughput.json counts exactly the
+    examples, real tokens and padded tokens the training steps saw: fewer padded ones when grouped."""
+    import sesame.tasks.glue.module as glue_module
     from sesame.tasks.runner import train
+    from sesame.tasks.throughput import THROUGHPUT_FILE
 
     seen: list[torch.Tensor] = []
-    import sesame.tasks.glue.module as glue_module
-
     original = glue_module.SentenceClassificationModule.training_step
 
     def spy(self, batch, batch_idx):
-        seen.append(batch["attention_mask"].sum(1))
+        seen.append(batch["attention_mask"].clone())
         return original(self, batch, batch_idx)
 
     monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
-    train(make_cfg("data.group_by_length=true", "data.batch_size=8", "trainer.limit_train_batches=6"), tmp_path)
-    assert len(seen) == 6
-    # a grouped batch spans a narrow band of lengths; SST-2 sentences range from 2 to 50+ tokens
-    assert max(int(s.max() - s.min()) for s in seen) <= 4
+    counts = {}
+    for grouped in (True, False):
+        seen.clear()
+        run = tmp_path / str(grouped)
+        train(make_cfg(f"data.group_by_length={str(grouped).lower()}", "data.batch_size=8", "trainer.limit_train_batches=6"), run)
+        counts[grouped] = json.loads((run / THROUGHPUT_FILE).read_text())
+        assert counts[grouped]["steps"] == len(seen) == 6
+        assert counts[grouped]["examples"] == 48
+        assert counts[grouped]["tokens"] == sum(int(m.sum()) for m in seen)
+        assert counts[grouped]["padded_tokens"] == sum(m.numel() for m in seen)
+        spread = max(int(m.sum(1).max() - m.sum(1).min()) for m in seen)
+        # SST-2 sentences range from 2 to 50+ tokens: a random batch of 8 spreads far wider
+        assert (spread <= 4) == grouped
+    assert counts[True]["padding_fraction"] < counts[False]["padding_fraction"]
