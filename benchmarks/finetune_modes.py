@@ -61,7 +61,7 @@ def child(task: str, mode: str, steps: int, run_dir: str, extra: list[str]) -> d
     build = runner.build_trainer
     runner.build_trainer = lambda cfg, run_dir, monitor, callbacks=None, **kw: build(
         cfg, run_dir, monitor, [*(callbacks or []), StepTimer()], **kw)
-    overrides = [*TASKS[task][0], f"finetune={mode}", f"+trainer.max_steps={steps}", "trainer.max_epochs=100",
+    overrides = [*TASKS[task][0], f"finetune={mode}", f"trainer.max_steps={steps}", "trainer.max_epochs=100",
                  "trainer.val_check_interval=null", "+trainer.check_val_every_n_epoch=100",
                  "trainer.enable_progress_bar=false", *extra]
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
