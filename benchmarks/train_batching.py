@@ -1,0 +1,143 @@
+"""How training batches are made, measured: length-grouped vs random batches, and which SQuAD windows
+to train on, each over several seeds in one interleaved run.
+
+Arms (each a full ``sesame-train`` run of one epoch in its own process, then the dev evaluation):
+
+- ``squad``: the shipped SQuAD v1.1 slice (1,131 train questions, 338 dev), windows of 256 tokens,
+  batch 12. ``with_answer`` (training windows without the answer left out), ``all`` (kept, labelled
+  [CLS], as BERT's recipe and Hugging Face's ``run_qa.py`` do) and ``all_grouped`` (``all`` with
+  ``data.group_by_length=true``).
+- ``wnut17``: full WNUT-17 (3,394 train tweets; dev 1,009) from ``$SESAME_DATA_DIR``: ``random`` and
+  ``grouped`` batches.
+
+Per run it reads ``train_throughput.json`` (step times, examples, real and padded tokens of the
+training steps; validation excluded) and ``metrics.json``; it reports per arm the mean over seeds
+and, against the task's first arm, the ratios of tokens processed, epoch time and examples/s, plus
+the dev metric's mean and standard deviation. Seeds run one after the other with the arms in
+rotating order, so a change in machine load spreads over all arms.
+
+    python benchmarks/train_batching.py                               # both tasks, seeds 1,2,3
+    python benchmarks/train_batching.py --tasks wnut17 --seeds 1,2
+    python benchmarks/train_batching.py --quick                       # pipeline check: a few steps
+    SESAME_DATA_DIR=/data/copy python benchmarks/train_batching.py    # WNUT-17 from elsewhere
+
+Writes ``--out`` (default ``outputs/benchmarks/train_batching``): one run folder per (task, arm,
+seed), ``train_batching.json`` (every number) and ``train_batching.md`` (the table). A finished run
+is reused when the script runs again with the same ``--out``; ``--fresh`` redoes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SQUAD = ["task=squad_v1", "data=squad_v1_slice", "data.max_seq_length=256", "data.doc_stride=128", "data.batch_size=12"]
+WNUT = ["task=ner", "data=wnut17"]
+#: task -> (main metric, {arm: overrides}); the first arm is the reference of the ratios.
+TASKS: dict[str, tuple[str, dict[str, list[str]]]] = {
+    "squad": ("val_f1", {
+        "with_answer": [*SQUAD, "data.train_windows=with_answer"],
+        "all": [*SQUAD, "data.train_windows=all"],
+        "all_grouped": [*SQUAD, "data.train_windows=all", "data.group_by_length=true"],
+    }),
+    "wnut17": ("val_f1", {"random": WNUT, "grouped": [*WNUT, "data.group_by_length=true"]}),
+}
+QUICK = ["trainer.limit_train_batches=3", "data.max_eval_examples=20"]
+
+
+def run_one(out: Path, overrides: list[str], threads: int | None) -> dict:
+    """Train one arm in a fresh process (or reuse a finished run folder); its throughput and metrics."""
+    if not (out / "metrics.json").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        command = [sys.executable, "-m", "sesame.tasks.cli.train", *overrides, f"hydra.run.dir={out}",
+                   "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
+        started = time.perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"run failed: {' '.join(command)}\n{done.stderr[-3000:]}")
+        print(f"  {out.relative_to(out.parents[2])}: {time.perf_counter() - started:.0f} s", flush=True)
+    return {"throughput": json.loads((out / "train_throughput.json").read_text()),
+            "metrics": json.loads((out / "metrics.json").read_text())}
+
+
+def summarise(task: str, results: dict[str, list[dict]]) -> list[dict]:
+    metric, arms = TASKS[task]
+    rows = []
+    reference = None
+    for arm in arms:
+        runs = results[arm]
+        mean = {k: statistics.fmean(r["throughput"][k] for r in runs)
+                for k in ("padded_tokens", "tokens", "seconds", "examples_per_second", "examples", "steps")}
+        scores = [r["metrics"][metric] * (100 if r["metrics"][metric] <= 1 else 1) for r in runs]
+        row = {"task": task, "arm": arm, "seeds": len(runs), **mean,
+               "metric": metric, "metric_mean": statistics.fmean(scores),
+               "metric_std": statistics.stdev(scores) if len(scores) > 1 else 0.0, "metric_values": scores}
+        reference = reference or row
+        row["padded_tokens_ratio"] = row["padded_tokens"] / reference["padded_tokens"]
+        row["seconds_ratio"] = row["seconds"] / reference["seconds"]
+        row["examples_per_second_ratio"] = row["examples_per_second"] / reference["examples_per_second"]
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| task | arm | seeds | training examples | tokens processed (padded) | × first arm | epoch time (s) "
+             "| × first arm | examples/s × first arm | dev metric (mean ± sd) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['task']} | {r['arm']} | {r['seeds']} | {r['examples']:.0f} | {r['padded_tokens']:,.0f} "
+            f"| {r['padded_tokens_ratio']:.2f} | {r['seconds']:.0f} | {r['seconds_ratio']:.2f} "
+            f"| {r['examples_per_second_ratio']:.2f} | {r['metric_mean']:.2f} ± {r['metric_std']:.2f} ({r['metric']}) |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Examples:\n" + "\n".join(
+                                         line for line in __doc__.splitlines() if line.startswith("    python")),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="squad,wnut17", help="comma-separated: squad, wnut17")
+    parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every run (default: torch's)")
+    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/train_batching"))
+    parser.add_argument("--quick", action="store_true", help="a few steps and dev examples: checks the pipeline")
+    parser.add_argument("--fresh", action="store_true", help="retrain every run even if its folder is finished")
+    args = parser.parse_args(argv)
+    tasks = [t for t in args.tasks.split(",") if t]
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown:
+        parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.fresh:
+        shutil.rmtree(args.out, ignore_errors=True)
+    rows: list[dict] = []
+    for task in tasks:
+        arms = list(TASKS[task][1])
+        results: dict[str, list[dict]] = {arm: [] for arm in arms}
+        for i, seed in enumerate(seeds):
+            for arm in arms[i % len(arms):] + arms[: i % len(arms)]:  # rotate who goes first
+                overrides = [*TASKS[task][1][arm], f"seed={seed}", *(QUICK if args.quick else [])]
+                results[arm].append(run_one(args.out / task / arm / f"seed{seed}", overrides, args.threads))
+        rows += summarise(task, results)
+    text = table(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "train_batching.json").write_text(json.dumps(
+        {"rows": rows, "seeds": seeds, "quick": args.quick, "threads": args.threads, "tasks": {t: TASKS[t] for t in tasks}},
+        indent=2))
+    (args.out / "train_batching.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
