@@ -19,6 +19,7 @@ rotating order, so a change in machine load spreads over all arms.
     python benchmarks/train_batching.py                               # both tasks, seeds 1,2,3
     python benchmarks/train_batching.py --tasks wnut17 --seeds 1,2
     python benchmarks/train_batching.py --quick                       # pipeline check: a few steps
+    python benchmarks/train_batching.py --count-only                  # tokens per epoch only, no training
     SESAME_DATA_DIR=/data/copy python benchmarks/train_batching.py    # WNUT-17 from elsewhere
 
 Writes ``--out`` (default ``outputs/benchmarks/train_batching``): one run folder per (task, arm,
@@ -71,6 +72,42 @@ def run_one(out: Path, overrides: list[str], threads: int | None) -> dict:
             "metrics": json.loads((out / "metrics.json").read_text())}
 
 
+def count_tokens(overrides: list[str], seed: int) -> dict:
+    """What one training epoch of an arm processes, without training: its training examples
+    through the run's own loader (sampler and collator), real and padded tokens."""
+    from hydra import compose, initialize_config_module
+
+    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.runner import build_datamodule
+
+    register_resolvers()
+    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*overrides, f"seed={seed}"])
+    datamodule = build_datamodule(cfg)
+    datamodule.setup("fit")
+    counts = {"examples": 0, "steps": 0, "tokens": 0, "padded_tokens": 0}
+    for batch in datamodule.train_dataloader():
+        counts["examples"] += int(batch["input_ids"].shape[0])
+        counts["steps"] += 1
+        counts["tokens"] += int(batch["attention_mask"].sum())
+        counts["padded_tokens"] += int(batch["input_ids"].numel())
+    return counts
+
+
+def count_only(tasks: list[str], seeds: list[int]) -> str:
+    lines = ["| task | arm | training examples | steps | real tokens | tokens processed (padded) | × first arm |",
+             "|---|---|---|---|---|---|---|"]
+    for task in tasks:
+        reference = None
+        for arm, overrides in TASKS[task][1].items():
+            runs = [count_tokens(overrides, seed) for seed in seeds]
+            mean = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
+            reference = reference or mean
+            lines.append(f"| {task} | {arm} | {mean['examples']:.0f} | {mean['steps']:.0f} | {mean['tokens']:,.0f} "
+                         f"| {mean['padded_tokens']:,.0f} | {mean['padded_tokens'] / reference['padded_tokens']:.2f} |")
+    return "\n".join(lines)
+
+
 def summarise(task: str, results: dict[str, list[dict]]) -> list[dict]:
     metric, arms = TASKS[task]
     rows = []
@@ -113,12 +150,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/train_batching"))
     parser.add_argument("--quick", action="store_true", help="a few steps and dev examples: checks the pipeline")
     parser.add_argument("--fresh", action="store_true", help="retrain every run even if its folder is finished")
+    parser.add_argument("--count-only", action="store_true",
+                        help="no training: count each arm's training examples and tokens over one epoch (seconds)")
     args = parser.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.count_only:
+        text = count_only(tasks, seeds)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "train_batching_tokens.md").write_text(text + "\n")
+        print(text)
+        return
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
     rows: list[dict] = []
