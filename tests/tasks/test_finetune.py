@@ -137,3 +137,23 @@ def test_the_optimizer_is_torchs_fused_adamw_and_steps_like_the_plain_one():
     torch.testing.assert_close(head.weight, twin_head.weight)
     torch.testing.assert_close(encoder.weight, twin_encoder.weight)
     assert not torch.equal(encoder.weight, torch.nn.Linear(6, 5).weight)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_gradients_are_freed_right_after_each_optimiser_step(make_cfg, tmp_path, monkeypatch, accumulate):
+    """No gradient outlives its optimiser step (they would sit through the next forward pass and raise
+    peak memory); with accumulation they survive the batches between steps."""
+    from sesame.tasks.runner import train
+
+    seen = []
+    original = SentenceClassificationModule.training_step
+
+    def spy(self, batch, batch_idx):
+        seen.append(sum(p.grad is not None for p in self.parameters()))
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(SentenceClassificationModule, "training_step", spy)
+    train(make_cfg(f"trainer.accumulate_grad_batches={accumulate}"), tmp_path)
+    assert len(seen) == 4
+    expected = [0, 0, 0, 0] if accumulate == 1 else [0, 1, 0, 1]
+    assert [int(n > 0) for n in seen] == expected
