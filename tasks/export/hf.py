@@ -106,6 +106,29 @@ def _between_cls_and_classifier(hf: PreTrainedModel) -> str:
     return "layers of its own"
 
 
+#: The output layer sesame's head fills, per task family (classification's depends on the classifier style).
+_OUTPUT_LAYERS = {"question_answering": "qa_outputs", "token_classification": "classifier"}
+
+
+def structure_reasons(hf: PreTrainedModel, family: str) -> list[str]:
+    """Where transformers' task model of the encoder's family is not an encoder plus one output layer:
+    a decoder it runs too (T5, BART: encoder-decoder task models), or layers of its own between the
+    encoder and the output layer (ModernBERT's ``head``), neither of which sesame's model has."""
+    reasons = []
+    prefix = hf.base_model_prefix + "."
+    names = [name for name, _ in hf.named_parameters()]
+    if any(n.startswith(("decoder.", prefix + "decoder.")) for n in names):
+        return [f"{type(hf).__name__} is an encoder-decoder model that runs its decoder too, while this model is "
+                "the encoder alone"]
+    out = _OUTPUT_LAYERS.get(family)
+    if out is not None:
+        extra = sorted({n.split(".")[0] for n in names if not n.startswith(prefix) and not n.startswith(out + ".")})
+        if extra:
+            reasons.append(f"{type(hf).__name__} puts layers of its own ({', '.join(extra)}) between the encoder and its "
+                           f"{out}, which this model never trained")
+    return reasons
+
+
 def refusal_reasons(trained: TrainedModel, hf: PreTrainedModel | None) -> list[str]:
     """Every reason the trained model cannot be written as ``hf`` (transformers' task model, None when
     transformers has none for the encoder); empty when it maps."""
@@ -119,6 +142,8 @@ def refusal_reasons(trained: TrainedModel, hf: PreTrainedModel | None) -> list[s
     if hf is None:
         model_type = getattr(module.encoder.config, "model_type", "?")
         reasons.append(f"transformers has no {AUTO_CLASSES[family].removeprefix('Auto')} for model_type={model_type}")
+    if hf is not None:
+        reasons += structure_reasons(hf, family)
     fusion = fusion_reason(module)
     if fusion:
         reasons.append(fusion)

@@ -256,6 +256,15 @@ def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, expo
         raise ConfigError(f"--format onnx needs onnx, onnxruntime and (for --exporter dynamo) onnxscript; {err.name} is "
                           "missing: pip install 'sesame[export]'") from err
     trained = load_trained(run, key="run")
+    encoder_family = trained.module.encoder.family
+    if encoder_family.onnx_unsupported:
+        raise ConfigError(f"--format onnx: {encoder_family.onnx_unsupported} (the {encoder_family.model_type} family). "
+                          "Fix: --format hf "
+                          "where the model maps onto transformers' task model, or run the sesame run folder itself "
+                          "(sesame-eval / sesame-predict)")
+    if exporter == "dynamo" and encoder_family.dynamo_unsupported:
+        raise ConfigError(f"--exporter dynamo: {encoder_family.dynamo_unsupported} (the {encoder_family.model_type} "
+                          "family). Fix: --exporter torchscript")
     if is_quantized(trained.cfg):
         raise ConfigError("--format onnx: this run's weights are torch dynamic-int8 (sesame-compress quantize), which "
                           "ONNX does not take. Fix: export the float run it was made from, with --int8 for an int8 graph")

@@ -36,6 +36,7 @@ from sesame.tasks.glue.metrics import compute_metrics, multilabel_metrics, tune_
 from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.encoder import Encoder
+from sesame.tasks.encoder_families import no_pooler_message, pooler_linear
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.settings import Settings
 
@@ -92,15 +93,13 @@ class SentenceClassificationModule(EncoderTaskModule):
         self.label_separator = self.spec.label_separator
         pooling = PoolingSettings.from_config(self.cfg.pooling)
         head = ClassifierHeadSettings.from_config(self.cfg.head)
-        with settings_check():
-            self.pooling = build_pooling(pooling.name, self.feature_size)
+        with settings_check():  # the summary token: [CLS] first, XLNet's <cls> last, none in T5 (an error)
+            self.pooling = build_pooling(pooling.name, self.feature_size, self.encoder.summary_token(pooling.name))
         if isinstance(self.pooling, PoolerPooling):
-            if self.encoder.has_pretrained("pooler"):
+            if self.encoder.has_pretrained("pooler") and pooler_linear(self.encoder.model) is not None:
                 self.pooling.load_from(self.encoder.model.pooler)
             elif encoder is None:  # a trained model read back (encoder given) has the pooler in its checkpoint
-                raise ConfigError(
-                    f"pooling=pooler, but {self.encoder.name_or_path} has no pooler; use pooling=cls or mean"
-                )
+                raise ConfigError(no_pooler_message(self.encoder.config, str(self.encoder.name_or_path)))
             self.encoder.drop_pooler()  # its copy in the head is what trains
         num_labels = 1 if self.label_names is None else len(self.label_names)
         self.class_weights_setting = head.class_weights

@@ -52,6 +52,7 @@ class NerModule(EncoderTaskModule):
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
+        self.encoder.global_attention = None  # Longformer: local attention only, as its token classifier has
         data = NerDataSettings.from_config(self.cfg.data)
         names = data.tag_names or load_tag_names(data)
         if not data.tag_names:  # saved with the checkpoint, so loading it needs no training file

@@ -21,6 +21,7 @@ from transformers import PreTrainedTokenizerBase
 from sesame.heads.masking import IGNORE_INDEX
 from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.encoder import check_max_seq_length
+from sesame.tasks.encoder_families import words_tokenizer
 from sesame.tasks.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import NerExamples
 
@@ -84,7 +85,9 @@ class WindowTokenizer:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, label_all_subwords: bool = False) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise ConfigError("NER needs a fast tokenizer (word_ids); this encoder's tokenizer is a slow one")
-        self.tokenizer = tokenizer
+        # Byte-level BPE tokenizers (RoBERTa, BART, ModernBERT) get a prefix space on each word, which
+        # pre-split words otherwise lack: the form a word has after a space in running text.
+        self.tokenizer = words_tokenizer(tokenizer)
         self.max_seq_length = int(max_seq_length)
         self.budget = self.max_seq_length - tokenizer.num_special_tokens_to_add(pair=False)
         if self.budget < 1:

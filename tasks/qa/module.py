@@ -50,6 +50,7 @@ class SquadModule(EncoderTaskModule):
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
+        self.encoder.global_attention = "question"  # Longformer: the question attends globally (its QA model's rule)
         data = SquadDataSettings.from_config(self.cfg.data)
         self.version_2 = data.version_2_with_negative
         self.decoding = SpanHeadSettings.from_config(self.cfg.head)

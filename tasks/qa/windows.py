@@ -3,6 +3,13 @@
 Question + context go in with ``truncation="only_second"``: a long context becomes several windows
 of at most ``max_seq_length`` tokens overlapping by ``doc_stride`` tokens. Nothing is padded here;
 :func:`window_collator` pads each batch to its own longest window.
+
+The "no answer" pointer is position 0 in every family: [CLS] / <s> where the tokenizer puts one first,
+else (XLNet, whose <cls> ends the input; T5, which has none) the question's first token. Position 0
+is never a context token, since the question comes first, so labels (0 = no answer), the v2 head
+(which leaves position 0 unmasked) and decoding (null score = start[0] + end[0]) all agree.
+Offsets are trimmed of white space (DeBERTa-v2/v3's tokenizer counts the space before a word into
+its span), so answers never start or end with one.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import PaddingCollator
+from sesame.tasks.encoder_families import offsets_include_spaces, trim_space_offsets
 from sesame.tasks.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -91,6 +99,7 @@ def encode_windows(
         raise ConfigError("SQuAD windows put the question first; use a tokenizer with padding_side='right'")
     features: list[dict[str, Any]] = []
     dropped = 0
+    trim = offsets_include_spaces(tokenizer)
     for lo in range(0, len(examples), chunk_size):
         chunk = examples[lo : lo + chunk_size]
         enc = tokenizer(
@@ -115,7 +124,11 @@ def encode_windows(
             }
             if has_types:
                 window["token_type_ids"] = np.asarray(enc["token_type_ids"][i], dtype=np.int64)
+            if ctx[0]:  # the null pointer (position 0) must not be a context token
+                raise ConfigError("SQuAD windows need the question first: this tokenizer puts the context at position 0")
             offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int64).reshape(-1, 2)
+            if trim:
+                offsets = trim_space_offsets(offsets, ctx, chunk["context"][sample])
             if train:
                 answers = chunk["answers"][sample]
                 if answers["text"]:

@@ -33,6 +33,27 @@ def test_cls_and_cls_mean():
     torch.testing.assert_close(out[1, 4:], feats[1, :2].mean(0))
 
 
+def test_the_summary_token_can_be_the_last_real_one():
+    """XLNet's <cls> ends each (right-padded) row: cls, cls_mean and pooler read it there."""
+    feats, mask, lengths = _padded_batch()
+    last = feats[torch.arange(3), torch.tensor(lengths) - 1]
+    torch.testing.assert_close(build_pooling("cls", 4, "last")(feats, mask), last)
+    torch.testing.assert_close(build_pooling("cls_mean", 4, "last")(feats, mask)[:, :4], last)
+    pooler = build_pooling("pooler", 4, "last")
+    torch.testing.assert_close(pooler(feats, mask), torch.tanh(pooler.dense(last)))
+    with pytest.raises(ValueError, match="summary_token"):
+        build_pooling("cls", 4, "middle")
+
+
+def test_the_pooler_loads_from_a_bare_linear_layer():
+    """ALBERT's pooler is a Linear (its tanh is ``pooler_activation``); BERT's holds one as ``dense``."""
+    pooler, dense = build_pooling("pooler", 4), torch.nn.Linear(4, 4)
+    pooler.load_from(dense)
+    torch.testing.assert_close(pooler.dense.weight, dense.weight)
+    with pytest.raises(ValueError, match="no dense layer"):
+        pooler.load_from(torch.nn.Tanh())
+
+
 @pytest.mark.parametrize("name", sorted(POOLINGS))
 def test_output_size_is_what_forward_gives(name):
     feats, mask, _ = _padded_batch()
