@@ -1,20 +1,25 @@
-"""Gather the jobs of a ``--multirun`` sweep into one table and a chart.
+"""Gather the jobs of a ``--multirun`` sweep into one table and a chart, and their training curves.
 
 Each job folder holds ``.hydra/overrides.yaml`` (what the job changed), ``config.yaml`` (whose
-``task.main_metric`` is the metric to rank by) and ``metrics.json``. Jobs that differ only in
-``seed`` are one variant: the table gives mean and standard deviation over seeds.
+``task.main_metric`` is the metric to rank by), ``metrics.json`` and ``logs/metrics.csv`` (Lightning's
+CSVLogger: one row per logging step, columns ``epoch``, ``step`` and one per logged value, e.g.
+``train_loss`` every ``trainer.log_every_n_steps`` steps, ``val_*`` at each validation). Jobs that
+differ only in ``seed`` are one variant: the table gives mean and standard deviation over seeds, and
+the curves one line per variant, the mean over its seeds.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from sesame.tasks.atomic_files import atomic_open
 from sesame.tasks.errors import ConfigError, MissingFileError
 
 IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.", "logger")
@@ -72,13 +77,18 @@ def main_metric(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: st
                      f"their metrics {sorted(keys)}; pass --metric")
 
 
+def variant_labels(overrides: list[list[str]]) -> list[str]:
+    """The label of each job's variant: its overrides, less those every job shares and the seed."""
+    shared = set.intersection(*(set(o) for o in overrides)) if len(overrides) > 1 else set()
+    return [" ".join(o for o in job if o not in shared and not o.lstrip("+~").startswith(IGNORED_OVERRIDES))
+            or "(defaults)" for job in overrides]
+
+
 def variants(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: str) -> list[Variant]:
     """One row per distinct set of overrides (seed aside), best first."""
-    shared = set.intersection(*(set(o) for _, o, _ in jobs)) if len(jobs) > 1 else set()
     groups: dict[str, Variant] = {}
-    for job, overrides, metrics in jobs:
-        kept = [o for o in overrides if o not in shared and not o.lstrip("+~").startswith(IGNORED_OVERRIDES)]
-        key = " ".join(kept) or "(defaults)"
+    labels = variant_labels([overrides for _, overrides, _ in jobs])
+    for (job, _, metrics), key in zip(jobs, labels):
         value = metrics.get(metric)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
@@ -121,5 +131,143 @@ def bar_chart(rows: list[Variant], metric: str, path: Path) -> Path | None:
         ax.text(r.mean, y, f" {r.mean:.3f}", va="center", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# --- training curves -------------------------------------------------------------------------------------
+
+#: Where Lightning's CSVLogger writes a run's logged values (``tasks/loggers.py``: ``csv_logger``).
+CSV_LOG = Path("logs") / "metrics.csv"
+
+
+@dataclass
+class Curve:
+    """One variant's curve: ``values[i]`` at optimiser step ``steps[i]``, the mean over its ``jobs``
+    (with ``low`` / ``high`` the smallest and largest job's value), at the steps every one of them logged."""
+
+    label: str
+    steps: list[int]
+    values: list[float]
+    jobs: list[str]
+    low: list[float] = field(default_factory=list)
+    high: list[float] = field(default_factory=list)
+
+
+def _job_order(folder: Path) -> tuple[int, str]:
+    return (int(folder.name), "") if folder.name.isdigit() else (1 << 62, folder.name)
+
+
+def read_log(job: str | Path, metric: str) -> dict[int, float]:
+    """``{step: value}`` of ``metric`` in a run's ``logs/metrics.csv``, as Lightning wrote it.
+
+    ``step`` is the optimiser steps taken before the logged batch (0 for the first). Rows without a
+    value for ``metric`` (another value logged at that step) are skipped; several rows of one step
+    (gradient accumulation) are averaged. A resumed run's log starts at the step it resumed from:
+    Lightning's CSV logger starts the file afresh.
+    """
+    path = Path(job) / CSV_LOG
+    if not path.is_file():
+        raise MissingFileError(f"{job}: no {CSV_LOG} (the job failed before training started, or its run "
+                               "predates the CSV log)")
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if metric not in (reader.fieldnames or []):
+            logged = [c for c in reader.fieldnames or [] if c not in ("epoch", "step")]
+            raise ConfigError(f"{path}: no column {metric!r}; it logged {logged}")
+        rows: dict[int, list[float]] = {}
+        for row in reader:
+            if row.get(metric) not in (None, ""):
+                rows.setdefault(int(float(row["step"])), []).append(float(row[metric]))
+    return {step: statistics.fmean(values) for step, values in sorted(rows.items())}
+
+
+def read_curves(sweep_dir: str | Path, metric: str = "train_loss") -> tuple[list[Curve], list[str]]:
+    """One :class:`Curve` of ``metric`` per variant of a sweep (jobs that differ only in ``seed`` are
+    one variant: their mean), in job order, and a note for each job left out (no CSV log, or the
+    metric not in it). Jobs still running are drawn as far as their log goes. Raises when no job
+    has a curve."""
+    sweep_dir = Path(sweep_dir)
+    folders = sorted((f.parent.parent for f in sweep_dir.glob("*/.hydra/overrides.yaml")), key=_job_order)
+    if not folders:
+        raise MissingFileError(f"{sweep_dir}: no jobs (no */.hydra/overrides.yaml); pass a --multirun folder")
+    overrides = [yaml.safe_load((f / ".hydra" / "overrides.yaml").read_text()) or [] for f in folders]
+    groups: dict[str, list[tuple[str, dict[int, float]]]] = {}
+    skipped: list[str] = []
+    for folder, label in zip(folders, variant_labels(overrides)):
+        try:
+            log = read_log(folder, metric)
+        except (MissingFileError, ConfigError) as err:
+            skipped.append(f"job {folder.name} ({label}) left out: {err}")
+            continue
+        if not log:
+            skipped.append(f"job {folder.name} ({label}) left out: {folder / CSV_LOG} holds no {metric} value yet")
+            continue
+        groups.setdefault(label, []).append((folder.name, log))
+    if not groups:
+        raise MissingFileError(f"{sweep_dir}: no job has a {metric} curve in {CSV_LOG}:\n  " + "\n  ".join(skipped))
+    curves = []
+    for label, logs in groups.items():
+        steps = sorted(set.intersection(*(set(log) for _, log in logs)))
+        series = [[log[s] for _, log in logs] for s in steps]
+        curves.append(Curve(label, steps, [statistics.fmean(v) for v in series], [name for name, _ in logs],
+                            [min(v) for v in series], [max(v) for v in series]))
+    return curves, skipped
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving average: each value is the mean of itself and the ``window - 1`` before it
+    (fewer at the start)."""
+    if window < 1:
+        raise ConfigError(f"--smooth {window}: the window is a number of logged points, at least 1")
+    return [statistics.fmean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
+
+
+def curves_csv(curves: list[Curve], metric: str) -> str:
+    """The drawn values, one row per (variant, step): mean, min and max over the variant's jobs."""
+    lines = [f"variant,step,{metric}_mean,{metric}_min,{metric}_max,jobs"]
+    for c in curves:
+        lines += [f'"{c.label}",{s},{v!r},{lo!r},{hi!r},{"|".join(c.jobs)}'
+                  for s, v, lo, hi in zip(c.steps, c.values, c.low, c.high)]
+    return "\n".join(lines) + "\n"
+
+
+def curve_figure(curves: list[Curve], metric: str, window: int = 1, title: str | None = None):
+    """A matplotlib figure with one line per curve (labelled by its variant). With ``window`` > 1 the
+    line is the :func:`smooth` ed curve and the raw values are drawn faintly behind it; a variant of
+    several seeds gets a band from the smallest to the largest seed's value. None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, c in enumerate(curves):
+        color = f"C{i % 10}"
+        seeds = f" (mean of {len(c.jobs)} seeds)" if len(c.jobs) > 1 else ""
+        if len(c.jobs) > 1:
+            ax.fill_between(c.steps, c.low, c.high, color=color, alpha=0.15, linewidth=0)
+        if window > 1:
+            ax.plot(c.steps, c.values, color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(c.steps, smooth(c.values, window), color=color, linewidth=1.8, label=c.label + seeds)
+        else:
+            ax.plot(c.steps, c.values, color=color, linewidth=1.4, label=c.label + seeds)
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel(metric + (f" (moving average of {window} logged points)" if window > 1 else ""))
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
     return path

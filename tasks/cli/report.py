@@ -1,36 +1,93 @@
-"""``sesame-report MULTIRUN_FOLDER``: one table (Markdown + CSV) and one chart for a sweep.
+"""``sesame-report MULTIRUN_FOLDER``: one table (Markdown + CSV) and one chart for a sweep, and with
+``--curves`` its training curves.
 
     sesame-report multirun/glue/2026-12-02_14-00-00
     sesame-report multirun/ner_layers --metric val_f1 --out reports/ner
+    sesame-report multirun/init_study/sst2 --curves train_loss --smooth 10
+
+Table: one row per variant (the jobs' overrides, less those all jobs share; jobs differing only in
+seed are one variant, mean ± std), best first -> report.md, report.csv, report.png.
+
+Curves (--curves METRIC): every job's <job>/logs/metrics.csv (written by every run) read for METRIC
+(train_loss, or any column logged there: val_loss, val_accuracy, ...) against the optimiser step; one
+line per variant, the mean over its seeds (with a min-max band when there are several), labelled by
+the variant's overrides -> curves_METRIC.png (needs matplotlib: pip install 'sesame[plot]') and
+curves_METRIC.csv (the drawn values). Jobs without that log are named and left out. Set
+trainer.log_every_n_steps=1 in the sweep for a point every step (the default logs every 10).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from sesame.tasks.atomic_files import write_text_atomic
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.sweep_report import bar_chart, csv_table, main_metric, markdown_table, read_jobs, variants
+from sesame.tasks.errors import MissingFileError
+from sesame.tasks.sweep_report import (Curve, bar_chart, csv_table, curve_figure, curves_csv, main_metric, markdown_table,
+                                       read_curves, read_jobs, save_figure, variants)
+
+
+def _table(args: argparse.Namespace, out: Path) -> list[Path]:
+    jobs = read_jobs(args.sweep_dir)
+    metric = main_metric(jobs, args.metric)
+    rows = variants(jobs, metric)
+    table = markdown_table(rows, metric)
+    written = [write_text_atomic(out / "report.md", table), write_text_atomic(out / "report.csv", csv_table(rows, metric))]
+    chart = bar_chart(rows, metric, out / "report.png")
+    print(table)
+    return written + ([chart] if chart else [])
+
+
+def _curves(args: argparse.Namespace, metric: str, curves: list[Curve], out: Path) -> list[Path]:
+    written = [write_text_atomic(out / f"curves_{metric}.csv", curves_csv(curves, metric))]
+    title = args.title if args.title is not None else "/".join(Path(args.sweep_dir).resolve().parts[-2:])
+    fig = curve_figure(curves, metric, args.smooth, title=title)
+    if fig is None:
+        print(f"note: no matplotlib, so no curves_{metric}.png (pip install 'sesame[plot]'); the values are in "
+              f"curves_{metric}.csv", file=sys.stderr)
+    else:
+        written.append(save_figure(fig, out / f"curves_{metric}.png"))
+    for c in curves:
+        jobs = f"{len(c.jobs)} jobs" if len(c.jobs) > 1 else f"job {c.jobs[0]}"
+        print(f"{metric} {c.label} ({jobs}): {len(c.steps)} points, steps {c.steps[0]}-{c.steps[-1]}, "
+              f"first {c.values[0]:.4f}, last {c.values[-1]:.4f}")
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sesame-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path, help="a --multirun folder (holds one sub-folder per job)")
     parser.add_argument("--metric", help="metric to sort and plot by (default: the task's main metric)")
-    parser.add_argument("--out", type=Path, help="where to write report.md/.csv/.png (default: the sweep folder)")
+    parser.add_argument("--out", type=Path, help="folder to write report.* and curves_* into (default: the sweep folder)")
+    parser.add_argument("--curves", nargs="+", action="extend", metavar="METRIC", default=[],
+                        help="also draw these logged values (e.g. train_loss) against the step, one line per variant, "
+                             "from each job's logs/metrics.csv: curves_METRIC.png and curves_METRIC.csv")
+    parser.add_argument("--smooth", type=int, default=1, metavar="N",
+                        help="draw each curve as a trailing moving average of N logged points, the raw values faint "
+                             "behind it (default 1: raw; the CSV always holds the raw values)")
+    parser.add_argument("--title", help="title of the curves chart (default: the sweep folder's last two names)")
     args = parser.parse_args(argv)
+    if args.smooth < 1:
+        parser.error(f"--smooth {args.smooth}: the window is a number of logged points, at least 1")
     with user_errors_are_messages():
-        jobs = read_jobs(args.sweep_dir)
-        metric = main_metric(jobs, args.metric)
-        rows = variants(jobs, metric)
         out = args.out or args.sweep_dir
-        table = markdown_table(rows, metric)
-        write_text_atomic(out / "report.md", table)
-        write_text_atomic(out / "report.csv", csv_table(rows, metric))
-        chart = bar_chart(rows, metric, out / "report.png")
-    print(table)
-    print(f"wrote {out / 'report.md'}, {out / 'report.csv'}" + (f", {chart}" if chart else ""))
+        curves = {}
+        for metric in args.curves:  # read first: a metric no job logged fails before anything is written
+            curves[metric], skipped = read_curves(args.sweep_dir, metric)
+            for note in skipped:
+                print(f"note: {note}", file=sys.stderr)
+        written: list[Path] = []
+        try:
+            written += _table(args, out)
+        except MissingFileError as err:
+            if not args.curves:
+                raise
+            print(f"note: no table: {err}", file=sys.stderr)  # curves of running jobs still draw
+        for metric, drawn in curves.items():
+            written += _curves(args, metric, drawn, out)
+    print("wrote " + ", ".join(str(p) for p in written))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """--multirun sweeps: every job folder holds the run files, and sesame-report tabulates them."""
 
 import json
+import shutil
+import statistics
 import subprocess
 import sys
 
@@ -8,7 +10,8 @@ import pytest
 import yaml
 
 from sesame.tasks.cli.report import main as report_main
-from sesame.tasks.sweep_report import main_metric, read_jobs, variants
+from sesame.tasks.errors import ConfigError, MissingFileError
+from sesame.tasks.sweep_report import curve_figure, main_metric, read_curves, read_jobs, read_log, smooth, variants
 from tests.conftest import require
 
 
@@ -96,3 +99,117 @@ def test_launcher_configs_compose(launcher, tmp_path):
     )
     launcher_cfg = yaml.safe_load(out.stdout)["hydra"]["launcher"]
     assert launcher_cfg["_target_"].split(".")[-1] in ("SlurmLauncher", "JoblibLauncher")
+
+
+# --- training curves (sesame-report --curves) --------------------------------------------------------------
+
+
+def _csv_column(job, column="train_loss"):
+    """``{step: value}`` of a column of a job's logs/metrics.csv, read with the csv module alone."""
+    import csv
+
+    with (job / "logs" / "metrics.csv").open(newline="") as handle:
+        return {int(row["step"]): float(row[column]) for row in csv.DictReader(handle) if row[column]}
+
+
+def _by_overrides(sweep):
+    """``{(init, seed): job folder}`` of the init sweep."""
+    jobs = {}
+    for job in sweep.iterdir():
+        if (job / ".hydra" / "overrides.yaml").is_file():
+            o = dict(x.split("=", 1) for x in yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()))
+            jobs[o["encoder.init"], o["seed"]] = job
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def init_sweep(tiny_bert_dir, tmp_path_factory):
+    """A real tiny multirun: two inits x two seeds, train_loss logged at every step."""
+    sweep = tmp_path_factory.mktemp("curves") / "sweep"
+    subprocess.run(
+        [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "encoder.init=pretrained,random", "seed=1,2",
+         "finetune=frozen", f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.log_every_n_steps=1",
+         "trainer.enable_progress_bar=false", "data.max_train_examples=128", "data.max_eval_examples=32",
+         f"hydra.sweep.dir={sweep}"],
+        check=True, capture_output=True, text=True,
+    )
+    return sweep
+
+
+def test_curves_are_the_csv_logs_mean_over_seeds_one_line_per_variant(init_sweep):
+    jobs = _by_overrides(init_sweep)
+    curves, skipped = read_curves(init_sweep, "train_loss")
+    assert not skipped
+    assert [c.label for c in curves] == ["encoder.init=pretrained", "encoder.init=random"]  # seed is not a variant
+    for curve in curves:
+        init = curve.label.split("=")[1]
+        logs = [_csv_column(jobs[init, seed]) for seed in ("1", "2")]
+        assert logs[0] != logs[1]  # the seeds trained differently: the mean is a real mean
+        assert sorted(curve.jobs) == sorted(jobs[init, s].name for s in ("1", "2"))
+        assert curve.steps == sorted(logs[0]) == [0, 1, 2, 3]
+        assert curve.values == [statistics.fmean([logs[0][s], logs[1][s]]) for s in curve.steps]
+        assert curve.low == [min(logs[0][s], logs[1][s]) for s in curve.steps]
+        assert curve.high == [max(logs[0][s], logs[1][s]) for s in curve.steps]
+
+
+def test_the_plotted_lines_are_the_logged_values(init_sweep, tmp_path):
+    require("matplotlib")
+    jobs = _by_overrides(init_sweep)
+    one_seed = tmp_path / "one_seed"  # the seed-1 jobs alone: each line is one job's log, as written
+    for init in ("pretrained", "random"):
+        shutil.copytree(jobs[init, "1"], one_seed / jobs[init, "1"].name)
+    curves, _ = read_curves(one_seed, "train_loss")
+    lines = curve_figure(curves, "train_loss").axes[0].lines
+    assert [line.get_label() for line in lines] == ["encoder.init=pretrained", "encoder.init=random"]
+    for line, init in zip(lines, ("pretrained", "random")):
+        logged = _csv_column(jobs[init, "1"])
+        assert list(line.get_xdata()) == sorted(logged)
+        assert list(line.get_ydata()) == [logged[s] for s in sorted(logged)]
+
+    # Seeds folded: the line is their mean; smoothed: the moving average, the raw mean faint behind it.
+    curves, _ = read_curves(init_sweep, "train_loss")
+    lines = curve_figure(curves, "train_loss", window=3).axes[0].lines
+    raw, smoothed = lines[0], lines[1]
+    assert smoothed.get_label() == "encoder.init=pretrained (mean of 2 seeds)"
+    assert list(raw.get_ydata()) == curves[0].values
+    assert list(smoothed.get_ydata()) == smooth(curves[0].values, 3)
+    assert smooth([1.0, 2.0, 3.0, 4.0], 3) == [1.0, 1.5, 2.0, 3.0]
+
+
+def test_sesame_report_curves_writes_png_and_csv(init_sweep, tmp_path, capsys):
+    require("matplotlib")
+    report_main([str(init_sweep), "--curves", "train_loss", "val_loss", "--smooth", "2", "--out", str(tmp_path)])
+    for name in ("curves_train_loss.png", "curves_val_loss.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "report.md").is_file()  # the table as well
+    rows = (tmp_path / "curves_train_loss.csv").read_text().splitlines()
+    assert rows[0] == "variant,step,train_loss_mean,train_loss_min,train_loss_max,jobs"
+    curves, _ = read_curves(init_sweep, "train_loss")
+    assert [float(r.split(",")[2]) for r in rows[1:]] == curves[0].values + curves[1].values
+    assert "train_loss encoder.init=random (2 jobs): 4 points, steps 0-3" in capsys.readouterr().out
+
+
+def test_jobs_without_a_csv_log_are_named_and_left_out(init_sweep, tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    shutil.copytree(init_sweep, sweep)
+    jobs = _by_overrides(sweep)
+    (jobs["random", "2"] / "logs" / "metrics.csv").unlink()
+    curves, skipped = read_curves(sweep, "train_loss")
+    assert [len(c.jobs) for c in curves] == [2, 1]  # random: seed 1 alone
+    assert curves[1].values == [v for _, v in sorted(_csv_column(jobs["random", "1"]).items())]
+    assert len(skipped) == 1 and f"job {jobs['random', '2'].name} (encoder.init=random) left out" in skipped[0]
+    assert "no logs/metrics.csv" in skipped[0]
+
+    with pytest.raises(ConfigError, match=r"no column 'train_los'; it logged \['train_loss', 'val_accuracy'"):
+        read_log(jobs["random", "1"], "train_los")
+    for job in jobs.values():
+        (job / "logs" / "metrics.csv").unlink(missing_ok=True)
+    with pytest.raises(MissingFileError, match="no job has a train_loss curve"):
+        read_curves(sweep, "train_loss")
+    with pytest.raises(SystemExit) as exit_:
+        report_main([str(sweep), "--curves", "train_loss", "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "no job has a train_loss curve" in err and "no logs/metrics.csv" in err
+    with pytest.raises(SystemExit):  # a window of 0 points is refused by the parser
+        report_main([str(sweep), "--curves", "train_loss", "--smooth", "0"])
