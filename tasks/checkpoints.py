@@ -7,7 +7,6 @@ resolved config the module was built from), found as a ``.ckpt`` file or inside 
 
 from __future__ import annotations
 
-import copy
 import logging
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from sesame.tasks.atomic_files import torch_save_atomic, write_text_atomic
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
+from sesame.tasks.config_upgrade import with_added_settings
 from sesame.tasks.encoder import Encoder, EncoderSettings, load_tokenizer
 from sesame.tasks.encoder_store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
 from sesame.tasks.errors import DataError, MissingFileError
@@ -81,8 +81,9 @@ def read_checkpoint(path: str | Path, key: str = "model") -> tuple[Path, dict[st
 
 
 def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of the config a checkpoint's module was built from."""
-    return copy.deepcopy(checkpoint["hyper_parameters"]["cfg"])
+    """A deep copy of the config a checkpoint's module was built from, with any setting added to
+    sesame since it was written at its default (``tasks/config_upgrade.py``)."""
+    return with_added_settings(checkpoint["hyper_parameters"]["cfg"])
 
 
 def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: Encoder | None = None,
@@ -94,6 +95,7 @@ def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: En
     if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
         quantize_module(module)
     if checkpoint is not None:
+        module.drop_unused_pooler(checkpoint)
         module.fill_stored_once(checkpoint, source=encoder_source)
         module.load_state_dict(checkpoint["state_dict"])
     return module

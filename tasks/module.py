@@ -161,7 +161,16 @@ class EncoderTaskModule(L.LightningModule):
                                   "encoder": str(self.encoder.name_or_path)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.drop_unused_pooler(checkpoint)
         self.fill_stored_once(checkpoint, source="the pretrained encoder")
+
+    def drop_unused_pooler(self, checkpoint: dict[str, Any]) -> None:
+        """Leave out the encoder pooler's weights of a checkpoint written before sesame dropped the unused
+        pooler (``Encoder.drop_pooler``): this module has no place for them."""
+        if getattr(self.encoder.model, "pooler", "none to drop") is None:
+            state = checkpoint["state_dict"]
+            for key in [k for k in state if k.startswith("encoder.model.pooler.")]:
+                del state[key]
 
     def fill_stored_once(self, checkpoint: dict[str, Any], source: str) -> None:
         """Put the frozen encoder weights a checkpoint left out back into its state dict, from this
