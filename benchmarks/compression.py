@@ -114,14 +114,20 @@ def task_overrides(args: argparse.Namespace, task: str) -> list[str]:
     return [*base, *getattr(args, f"{task}_override")]
 
 
-def check_data(args: argparse.Namespace) -> None:
-    if args.quick:
+def require_data_files(tasks: dict, names: list[str], quick: bool) -> None:
+    """Exit with the missing files of the ``names`` of ``tasks`` (each with its data ``files``) under
+    ``$SESAME_DATA_DIR``; ``quick`` runs use the shipped slices only."""
+    if quick:
         return
     from sesame.tasks.paths import data_dir_path
 
-    missing = [data_dir_path(f) for t in args.tasks for f in TASKS[t]["files"] if not Path(data_dir_path(f)).is_file()]
+    missing = [data_dir_path(f) for t in names for f in tasks[t]["files"] if not Path(data_dir_path(f)).is_file()]
     if missing:
         sys.exit(f"error: missing data files {missing}; set SESAME_DATA_DIR (default ../shared/data) or use --quick")
+
+
+def check_data(args: argparse.Namespace) -> None:
+    require_data_files(TASKS, args.tasks, args.quick)
 
 
 def done(folder: Path, marker: str, fresh: bool) -> bool:

@@ -70,7 +70,7 @@ from typing import Any
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compression import compose
+from compression import compose, require_data_files
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -228,13 +228,7 @@ def settings_available(args: argparse.Namespace) -> dict[str, bool]:
 
 
 def check_data(args: argparse.Namespace) -> None:
-    if args.quick:
-        return
-    from sesame.tasks.paths import data_dir_path
-
-    missing = [data_dir_path(f) for t in args.tasks for f in TASKS[t]["files"] if not Path(data_dir_path(f)).is_file()]
-    if missing:
-        sys.exit(f"error: missing data files {missing}; set SESAME_DATA_DIR (default ../shared/data) or use --quick")
+    require_data_files(TASKS, args.tasks, args.quick)
 
 
 # What both sides record ----------------------------------------------------------------------------
