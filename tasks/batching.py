@@ -42,11 +42,17 @@ class ResumableShuffleSampler(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(self.num_examples, generator=generator).tolist()
+    def epoch_generator(self) -> torch.Generator:
+        """The random stream of this ``(seed, epoch)``: the same order every time it is replayed."""
+        return torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+
+    def resumed(self, order: list[int]) -> Iterator[int]:
+        """``order`` less the examples already trained on (once: the next epoch starts whole)."""
         start, self._skip = self._skip, 0
         return iter(order[start:])
+
+    def __iter__(self) -> Iterator[int]:
+        return self.resumed(torch.randperm(self.num_examples, generator=self.epoch_generator()).tolist())
 
     def __len__(self) -> int:
         return self.num_examples
@@ -70,7 +76,7 @@ class LengthGroupedShuffleSampler(ResumableShuffleSampler):
         self.batch_size, self.mega_batches = batch_size, mega_batches
 
     def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        generator = self.epoch_generator()
         order = torch.randperm(self.num_examples, generator=generator).numpy()
         size = self.batch_size * self.mega_batches
         batches: list[np.ndarray] = []
@@ -81,9 +87,7 @@ class LengthGroupedShuffleSampler(ResumableShuffleSampler):
         partial = [b for b in batches if len(b) < self.batch_size]
         full = [b for b in batches if len(b) == self.batch_size]
         shuffled = [full[i] for i in torch.randperm(len(full), generator=generator).tolist()] + partial
-        flat = np.concatenate(shuffled).tolist() if shuffled else []
-        start, self._skip = self._skip, 0
-        return iter(flat[start:])
+        return self.resumed(np.concatenate(shuffled).tolist() if shuffled else [])
 
 
 def make_loader(
