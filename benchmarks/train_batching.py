@@ -72,6 +72,18 @@ def run_one(out: Path, overrides: list[str], threads: int | None) -> dict:
             "metrics": json.loads((out / "metrics.json").read_text())}
 
 
+def run_seeds(out: Path, arms: dict[str, list[str]], seeds: list[int], threads: int | None,
+              extra: list[str] = ()) -> dict[str, list[dict]]:
+    """Every arm once per seed, into ``out/<arm>/seed<N>``; the arm that goes first rotates from seed to
+    seed, so a change of machine load spreads over the arms. {arm: [run per seed]}."""
+    names = list(arms)
+    results: dict[str, list[dict]] = {arm: [] for arm in names}
+    for i, seed in enumerate(seeds):
+        for arm in names[i % len(names):] + names[: i % len(names)]:
+            results[arm].append(run_one(out / arm / f"seed{seed}", [*arms[arm], f"seed={seed}", *extra], threads))
+    return results
+
+
 def count_tokens(overrides: list[str], seed: int) -> dict:
     """What one training epoch of an arm processes, without training: its training examples
     through the run's own loader (sampler and collator), real and padded tokens."""
@@ -108,12 +120,12 @@ def count_only(tasks: list[str], seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
-def summarise(task: str, results: dict[str, list[dict]]) -> list[dict]:
-    metric, arms = TASKS[task]
+def summarise(task: str, metric: str, results: dict[str, list[dict]]) -> list[dict]:
+    """Per arm (in ``results``' order, the first the reference of the ratios): means over seeds of the
+    training throughput, and the dev metric's mean and sd (in points: fractions are scaled by 100)."""
     rows = []
     reference = None
-    for arm in arms:
-        runs = results[arm]
+    for arm, runs in results.items():
         mean = {k: statistics.fmean(r["throughput"][k] for r in runs)
                 for k in ("padded_tokens", "tokens", "seconds", "examples_per_second", "examples", "steps")}
         scores = [r["metrics"][metric] * (100 if r["metrics"][metric] <= 1 else 1) for r in runs]
@@ -129,7 +141,7 @@ def summarise(task: str, results: dict[str, list[dict]]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| task | arm | seeds | training examples | tokens processed (padded) | × first arm | epoch time (s) "
+    lines = ["| task | arm | seeds | training examples | tokens processed (padded) | × first arm | training time (s) "
              "| × first arm | examples/s × first arm | dev metric (mean ± sd) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
@@ -168,13 +180,8 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(args.out, ignore_errors=True)
     rows: list[dict] = []
     for task in tasks:
-        arms = list(TASKS[task][1])
-        results: dict[str, list[dict]] = {arm: [] for arm in arms}
-        for i, seed in enumerate(seeds):
-            for arm in arms[i % len(arms):] + arms[: i % len(arms)]:  # rotate who goes first
-                overrides = [*TASKS[task][1][arm], f"seed={seed}", *(QUICK if args.quick else [])]
-                results[arm].append(run_one(args.out / task / arm / f"seed{seed}", overrides, args.threads))
-        rows += summarise(task, results)
+        results = run_seeds(args.out / task, TASKS[task][1], seeds, args.threads, QUICK if args.quick else [])
+        rows += summarise(task, TASKS[task][0], results)
     text = table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "train_batching.json").write_text(json.dumps(
