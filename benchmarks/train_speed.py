@@ -141,7 +141,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch CPU threads in every child (default: torch's). On a shared machine use 1")
     parser.add_argument("--train-windows", choices=("all", "with_answer"), default="all",
                         help="SQuAD training windows on both sides: all (those without the answer labelled [CLS], as "
-                        "HF's run_qa does; default) or with_answer (sesame's v1 default)")
+                        "HF's run_qa and sesame's default do; default) or with_answer (only the windows that hold the answer)")
     parser.add_argument("--squad-questions", type=int, default=1000, help="SQuAD training questions (default 1,000)")
     parser.add_argument("--eval-examples", type=int, default=None,
                         help="data.max_eval_examples for the dev metric (default: 200 sentences for SST-2 and WNUT-17, "
@@ -543,11 +543,7 @@ def sampling_argument(arguments: type, grouped: bool) -> dict[str, Any]:
 def evaluate_hf(overrides: list[str], folder: Path, run_dir: Path) -> tuple[str, dict[str, Any]]:
     """Score a saved HF model with sesame's evaluation path (``sesame-eval model=<folder>``)."""
     from sesame.tasks.evaluation import evaluate
-    from sesame.tasks.hf_weights import load_prefixed_weights
-    from sesame.tasks.ner.module import NerModule
 
-    if not hasattr(NerModule, "load_hf_head"):  # sesame-eval reads HF folders for GLUE and QA only, so far
-        NerModule.load_hf_head = lambda self, path: load_prefixed_weights(self.head.classifier, path, "classifier.")
     cfg = compose("eval", [*overrides, f"model={folder.resolve()}", "trainer.enable_progress_bar=false",
                            "trainer.enable_model_summary=false"])
     return str(cfg.task.main_metric), evaluate(cfg, run_dir)

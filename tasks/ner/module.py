@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from sesame.heads.tagger import TokenTaggerHead
 from sesame.tasks.distributed import Rows
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.encoder import Encoder
+from sesame.tasks.hf_weights import load_prefixed_weights
 from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.ner.data import NerDataSettings, load_tag_names
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
@@ -66,6 +68,30 @@ class NerModule(EncoderTaskModule):
         self.entity_metric = self.task.entity_metric
         if self.entity_metric not in MODES:
             raise ConfigError(f"task.entity_metric={self.entity_metric!r} is not one of {', '.join(MODES)}")
+
+    def load_hf_head(self, folder: str | Path) -> None:
+        """Load the ``classifier.*`` weights of a Hugging Face ``...ForTokenClassification`` folder; its
+        rows follow the folder's ``id2label``, reordered to this module's tag names. Such a model reads
+        the last layer, with no CRF, so sesame must be configured alike (clear error otherwise)."""
+        from transformers import AutoConfig
+
+        if not self.fusion.reads_last_only:
+            raise ConfigError(f"{folder}: a Hugging Face token classifier reads the last layer, not "
+                              f"fusion={self.fusion.mode}; evaluate it with fusion=last")
+        if self.head.crf is not None:
+            raise ConfigError(f"{folder}: a Hugging Face token classifier has no CRF transitions; evaluate it "
+                              "with head.crf=false")
+        id2label = AutoConfig.from_pretrained(str(folder)).id2label
+        labels = [str(id2label[i]) for i in range(len(id2label))]
+        if sorted(labels) != sorted(self.tag_names):
+            raise ConfigError(f"{Path(folder) / 'config.json'}: id2label holds the tags {labels}, the data "
+                              f"{self.tag_names}; evaluate it on data with its tag set (or set data.tag_names)")
+        classifier = torch.nn.Linear(self.head.classifier.in_features, len(labels))
+        load_prefixed_weights(classifier, folder, "classifier.")
+        order = torch.tensor([labels.index(tag) for tag in self.tag_names])
+        with torch.no_grad():
+            self.head.classifier.weight.copy_(classifier.weight[order])
+            self.head.classifier.bias.copy_(classifier.bias[order])
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Tag logits [B, T, num_tags]."""

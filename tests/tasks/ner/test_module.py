@@ -132,3 +132,69 @@ def test_unknown_entity_metric_is_an_error(make_cfg) -> None:
     cfg = make_cfg("task=ner", "task.entity_metric=lenient")
     with pytest.raises(ValueError, match="entity_metric"):
         NerModule(cfg)
+
+
+# sesame-eval on a Hugging Face BertForTokenClassification folder (NerModule.load_hf_head) --------------
+
+
+def _hf_tagger(tiny_bert_dir: Path, folder: Path, labels: list[str]) -> Path:
+    from transformers import AutoTokenizer, BertForTokenClassification
+
+    torch.manual_seed(2)
+    model = BertForTokenClassification.from_pretrained(
+        tiny_bert_dir, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={t: i for i, t in enumerate(labels)})
+    torch.nn.init.normal_(model.classifier.weight, std=1.0)  # spread the logits: some entities get predicted
+    torch.nn.init.normal_(model.classifier.bias, std=1.0)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(folder)
+    return folder
+
+
+def test_hf_token_classifier_folder_evaluates_with_transformers_logits(make_cfg, tiny_bert_dir, tmp_path, monkeypatch):
+    from transformers import BertForTokenClassification
+
+    from sesame.tasks.evaluation import evaluate
+
+    dm = build_datamodule(make_cfg("task=ner"))
+    dm.setup("fit")
+    tags = list(dm.tag_names)
+    hf_order = tags[::-1]  # the folder numbers the tags otherwise than sesame does
+    folder = _hf_tagger(tiny_bert_dir, tmp_path / "hf", hf_order)
+    seen = []
+    forward = NerModule.forward
+
+    def recording_forward(self, batch):
+        logits = forward(self, batch)
+        seen.append(({k: v.clone() for k, v in batch.items()}, logits.detach().clone()))
+        return logits
+
+    monkeypatch.setattr(NerModule, "forward", recording_forward)
+    metrics = evaluate(make_cfg("task=ner", f"++model={folder}", "data.max_eval_examples=20"), tmp_path / "eval")
+    assert metrics["val_f1"] == json.loads((tmp_path / "eval" / "metrics.json").read_text())["val_f1"]
+    _assert_seqeval_scores(metrics, "val", tmp_path / "eval" / "val_predictions.conll")
+    _, _, pred = read_conll_predictions(tmp_path / "eval" / "val_predictions.conll")
+    assert any(t != "O" for s in pred for t in s)  # entities were predicted, so a tag mix-up would show
+
+    reference = BertForTokenClassification.from_pretrained(folder).eval()
+    to_sesame = [hf_order.index(t) for t in tags]
+    assert seen
+    for batch, logits in seen:
+        with torch.no_grad():
+            out = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        real = batch["attention_mask"].bool()
+        torch.testing.assert_close(logits[real], out[..., to_sesame][real], rtol=1e-5, atol=1e-5)
+
+
+def test_hf_token_classifier_folder_needs_last_layer_no_crf_and_its_tags(make_cfg, tiny_bert_dir, tmp_path):
+    from sesame.tasks.errors import ConfigError
+
+    dm = build_datamodule(make_cfg("task=ner"))
+    dm.setup("fit")
+    folder = _hf_tagger(tiny_bert_dir, tmp_path / "hf", list(dm.tag_names))
+    for override, message in (("fusion=second_to_last", "with fusion=last"), ("head.crf=true", "with head.crf=false")):
+        module = NerModule(config_with_data(make_cfg("task=ner", override), dm))
+        with pytest.raises(ConfigError, match=message):
+            module.load_hf_head(folder)
+    other = _hf_tagger(tiny_bert_dir, tmp_path / "other", ["O", "B-PER", "I-PER"])
+    with pytest.raises(ConfigError, match=r"config.json: id2label holds the tags \['O', 'B-PER', 'I-PER'\]"):
+        NerModule(config_with_data(make_cfg("task=ner"), dm)).load_hf_head(other)
