@@ -1,10 +1,11 @@
 """Settings a checkpoint predates: a run written before a setting existed gets today's default for it.
 
 Every setting is required (``tasks/settings.py``), so a key added to ``conf/`` after a run was saved
-would make its checkpoint unreadable. The defaults of the run's task (``sesame-train task=<name>``,
-with that task's data preset) are what every new setting was given when it was added, chosen to keep
-the old behaviour (``encoder.init=pretrained``, ``data.group_by_length=false``, SQuAD v1's
-``data.train_windows=with_answer``), so a missing key takes that value, with a warning naming it.
+would make its checkpoint unreadable. A missing key takes the value that
+reproduces what the run did before the setting existed, with a warning naming it: its task's default
+(``sesame-train task=<name>``, with that task's data preset) where the setting was added with the old
+behaviour as its default (``encoder.init=pretrained``, ``data.group_by_length=false``), and the old
+behaviour itself where a default changed later (``BEFORE_THE_SETTING``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
+
+#: Settings whose default changed after they were added: what a run saved before the setting existed
+#: did. {task: {key: value}}. SQuAD v1 trained only on the windows that hold the answer until
+#: ``data.train_windows`` came, and the v1 head then masks [CLS] (its n-best probabilities depend on it).
+BEFORE_THE_SETTING: dict[str, dict[str, Any]] = {"squad_v1": {"data.train_windows": "with_answer"}}
 
 #: The config blocks whose new keys are filled (the others are the trainer's, the logger's, ...).
 UPGRADED_GROUPS = ("encoder", "data", "head", "finetune", "fusion", "pooling")
@@ -43,6 +49,13 @@ def _missing(saved: Mapping[str, Any], defaults: Mapping[str, Any], prefix: str)
             yield from _missing(saved[key], value, f"{prefix}{key}.")
 
 
+def _put(tree: dict[str, Any], dotted_key: str, value: Any) -> None:
+    *parents, leaf = dotted_key.split(".")
+    for part in parents:
+        tree = tree[part]
+    tree[leaf] = value
+
+
 def with_added_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``cfg`` (a checkpoint's config) with every setting it lacks taken from its task's defaults."""
     cfg = copy.deepcopy(dict(cfg))
@@ -50,17 +63,15 @@ def with_added_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if not task:
         return cfg
     defaults = task_defaults(task)
+    for key, value in BEFORE_THE_SETTING.get(task, {}).items():
+        _put(defaults, key, value)
     added = []
     for group in UPGRADED_GROUPS:
         if not isinstance(cfg.get(group), Mapping) or not isinstance(defaults.get(group), Mapping):
             continue
         for key, value in _missing(cfg[group], defaults[group], f"{group}."):
-            node = cfg
-            *parents, leaf = key.split(".")
-            for part in parents:
-                node = node[part]
-            node[leaf] = value
+            _put(cfg, key, value)
             added.append(f"{key}={value}")
     if added:
-        log.warning("the checkpoint predates the settings %s: using their defaults", ", ".join(added))
+        log.warning("the checkpoint predates the settings %s: using what it did before they existed", ", ".join(added))
     return cfg

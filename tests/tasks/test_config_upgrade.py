@@ -8,7 +8,7 @@ import logging
 import torch
 
 from sesame.tasks.checkpoints import load_trained
-from sesame.tasks.config_upgrade import with_added_settings
+from sesame.tasks.config_upgrade import task_defaults, with_added_settings
 from sesame.tasks.runner import train
 
 
@@ -16,7 +16,11 @@ def test_missing_settings_take_the_tasks_defaults():
     old = {"task": {"name": "squad_v1"}, "encoder": {"name_or_path": "x"}, "data": {"version_2_with_negative": False}}
     new = with_added_settings(old)
     assert new["encoder"]["init"] == "pretrained" and new["encoder"]["name_or_path"] == "x"
-    assert new["data"]["train_windows"] == "with_answer" and new["data"]["group_by_length"] is False
+    assert new["data"]["group_by_length"] is False
+    # v1 runs saved before data.train_windows existed trained on the windows with the answer, although
+    # the default is now all
+    assert new["data"]["train_windows"] == "with_answer"
+    assert task_defaults("squad_v1")["data"]["train_windows"] == "all"
     assert "init" not in old["encoder"]  # the checkpoint's own dict is left alone
     assert with_added_settings({"task": {"name": "squad_v2"}, "data": {}})["data"]["train_windows"] == "all"
 

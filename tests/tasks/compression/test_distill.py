@@ -53,10 +53,10 @@ def _gold(student, task, logits, batch):
     return student.head.loss(*logits, batch["start_positions"], batch["end_positions"])
 
 
-def _qa_reference(student, teacher, context_mask, T):
-    """Per window: T^2 * KL over its context positions only; mean over windows."""
+def _qa_reference(student, teacher, kept, T):
+    """Per window: T^2 * KL over the positions the head scores (``kept``) only; mean over windows."""
     kls = []
-    for s, t, keep in zip(student, teacher, context_mask.bool()):
+    for s, t, keep in zip(student, teacher, kept):
         log_s, log_t = torch.log_softmax(s[keep] / T, -1), torch.log_softmax(t[keep] / T, -1)
         kls.append((log_t.exp() * (log_t - log_s)).sum() * T * T)
     return torch.stack(kls).mean()
@@ -77,8 +77,10 @@ def test_the_training_loss_mixes_gold_and_kl_to_the_frozen_teacher(make_cfg, tea
     gold = _gold(student, task, logits, batch)
     with torch.no_grad():
         t_logits = teacher(batch)
-    if task == "squad_v1":  # start and end separately, each over the context positions of each window
-        kl = sum(_qa_reference(s, t, batch["context_mask"], 3.0) for s, t in zip(logits, t_logits)) / 2
+    if task == "squad_v1":  # start and end separately, each over the positions the head scores
+        keep = batch["context_mask"].bool().clone()
+        keep[:, 0] |= student.head.allow_null  # [CLS] is a target where training windows point at it
+        kl = sum(_qa_reference(s, t, keep, 3.0) for s, t in zip(logits, t_logits)) / 2
     else:
         kl = distillation_kl(logits, t_logits, 3.0, None if task == "glue" else batch["word_index"] >= 0)
     want = 0.3 * gold + 0.7 * kl
