@@ -151,25 +151,46 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def seed_study_parser(doc: str, default_tasks: str, known_tasks: list[str], default_out: Path) -> argparse.ArgumentParser:
+    """The options of a study over seeds (this script's and ``precision_training.py``'s); the description
+    and the examples come from the script's docstring ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                      epilog="Examples:\n" + "\n".join(
-                                         line for line in __doc__.splitlines() if line.startswith("    python")),
+                                         line for line in doc.splitlines() if line.startswith("    python")),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", default="squad,wnut17", help="comma-separated: squad, wnut17")
+    parser.add_argument("--tasks", default=default_tasks, help="comma-separated: " + ", ".join(known_tasks))
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every run (default: torch's)")
-    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/train_batching"))
+    parser.add_argument("--out", type=Path, default=default_out)
     parser.add_argument("--quick", action="store_true", help="a few steps and dev examples: checks the pipeline")
     parser.add_argument("--fresh", action="store_true", help="retrain every run even if its folder is finished")
+    return parser
+
+
+def tasks_and_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace, known_tasks: list[str]) -> tuple[list[str], list[int]]:
+    """``--tasks`` (each one of ``known_tasks``, else a usage error) and ``--seeds`` as lists."""
+    tasks = [t for t in args.tasks.split(",") if t]
+    unknown = sorted(set(tasks) - set(known_tasks))
+    if unknown:
+        parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(known_tasks)}")
+    return tasks, [int(s) for s in args.seeds.split(",")]
+
+
+def write_study(out: Path, name: str, rows: list[dict], meta: dict) -> None:
+    """``out/<name>.json`` (the rows and ``meta``) and ``out/<name>.md`` (their table), which it prints."""
+    text = table(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps({"rows": rows, **meta}, indent=2))
+    (out / f"{name}.md").write_text(text + "\n")
+    print(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = seed_study_parser(__doc__, "squad,wnut17", list(TASKS), Path("outputs/benchmarks/train_batching"))
     parser.add_argument("--count-only", action="store_true",
                         help="no training: count each arm's training examples and tokens over one epoch (seconds)")
     args = parser.parse_args(argv)
-    tasks = [t for t in args.tasks.split(",") if t]
-    unknown = sorted(set(tasks) - set(TASKS))
-    if unknown:
-        parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    tasks, seeds = tasks_and_seeds(parser, args, list(TASKS))
     if args.count_only:
         text = count_only(tasks, seeds)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -182,13 +203,8 @@ def main(argv: list[str] | None = None) -> None:
     for task in tasks:
         results = run_seeds(args.out / task, TASKS[task][1], seeds, args.threads, QUICK if args.quick else [])
         rows += summarise(task, TASKS[task][0], results)
-    text = table(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "train_batching.json").write_text(json.dumps(
-        {"rows": rows, "seeds": seeds, "quick": args.quick, "threads": args.threads, "tasks": {t: TASKS[t] for t in tasks}},
-        indent=2))
-    (args.out / "train_batching.md").write_text(text + "\n")
-    print(text)
+    write_study(args.out, "train_batching", rows,
+                {"seeds": seeds, "quick": args.quick, "threads": args.threads, "tasks": {t: TASKS[t] for t in tasks}})
 
 
 if __name__ == "__main__":
