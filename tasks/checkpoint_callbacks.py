@@ -5,8 +5,11 @@ Finding, reading and rebuilding a trained model from these files is ``tasks/chec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +19,11 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from sesame.tasks.atomic_files import torch_save_atomic
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.checkpoint_files import load_checkpoint_file
+from sesame.tasks.errors import ConfigError, RunStopped
 from sesame.tasks.settings import Settings
 
 
@@ -35,11 +40,17 @@ class CheckpointSettings(Settings):
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` to a temporary file in the same folder, fsync, then rename over the target.
+    """``torch.save`` to a temporary file in the same folder, fsync, then rename over the target; read
+    back as data only, whatever ``weights_only`` Lightning passes (``tasks/checkpoint_files.py``).
 
     Lightning writes the target file in place, so a process killed mid-write leaves a truncated
     ``last.ckpt``; a rename is atomic, so here the old checkpoint survives until the new one is whole.
     """
+
+    def load_checkpoint(self, path: str | os.PathLike, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        return load_checkpoint_file(path, map_location=map_location or "cpu")
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         if storage_options is not None:
@@ -142,3 +153,44 @@ def periodic_checkpoint_callback(run_dir: Path, every_n_train_steps: int) -> Mod
         dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=every_n_train_steps,
         enable_version_counter=False,
     )
+
+
+def _stopped(run_dir: Path, saved_at: str) -> RunStopped:
+    return RunStopped(
+        f"SIGTERM received: the run in {run_dir} ended {saved_at}. Its metrics are not written yet. Continue it with "
+        f"the same command plus hydra.run.dir={run_dir} resume=true",
+        signal.SIGTERM,
+    )
+
+
+class StopOnSigterm(Callback):
+    """SIGTERM (what a scheduler sends before it kills a job) ends the run at the next optimiser step
+    with ``checkpoints/last.ckpt`` saved there, so ``resume=true`` continues exactly.
+
+    Lightning's own handler records the signal (``trainer.received_sigterm``) but lets training run to
+    the next validation and then exits with code 0. Not after an epoch's last batch (as
+    :class:`PeriodicCheckpoint`): the epoch's validation comes first, and Lightning stops in it or after
+    it; :func:`sigterm_stops_the_run` turns that stop into :class:`RunStopped` too.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        stepped = (batch_idx + 1) % trainer.accumulate_grad_batches == 0  # no accumulated gradient is lost
+        if not stepped or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        # Every DDP rank stops at the same step (any rank may have got the signal first).
+        if trainer.strategy.reduce_boolean_decision(trainer.received_sigterm, all=False):
+            trainer.save_checkpoint(self.run_dir / "checkpoints" / "last.ckpt")
+            raise _stopped(self.run_dir, f"after step {trainer.global_step}, saved in checkpoints/last.ckpt")
+
+
+@contextlib.contextmanager
+def sigterm_stops_the_run(run_dir: Path) -> Iterator[None]:
+    """Lightning's exit-0 ``SIGTERMException`` (raised in a validation or at an epoch's end) as :class:`RunStopped`."""
+    try:
+        yield
+    except SIGTERMException:
+        raise _stopped(run_dir, "during evaluation; checkpoints/last.ckpt holds its last checkpoint") from None

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from sesame.tasks.atomic_files import torch_save_atomic, write_text_atomic
+from sesame.tasks.checkpoint_files import load_checkpoint_file
 from sesame.tasks.compression.int8 import is_quantized, quantize_module
 from sesame.tasks.config_upgrade import with_added_settings
 from sesame.tasks.encoder import Encoder, EncoderSettings, load_tokenizer
@@ -74,7 +75,7 @@ def resolve_resume(resume: Any, run_dir: Path) -> str | None:
 def read_checkpoint(path: str | Path, key: str = "model") -> tuple[Path, dict[str, Any]]:
     """``(checkpoint file, its contents)`` for a .ckpt file or a run folder (its best, else last)."""
     ckpt_path = find_checkpoint(path, key=key)
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    checkpoint = load_checkpoint_file(ckpt_path)
     if "state_dict" not in checkpoint or "cfg" not in (checkpoint.get("hyper_parameters") or {}):
         raise DataError(f"{ckpt_path} is not a sesame checkpoint (no state_dict / hyper_parameters.cfg)")
     return ckpt_path, checkpoint

@@ -134,12 +134,20 @@ def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def check_max_seq_length(max_seq_length: int, tokenizer: PreTrainedTokenizerFast) -> None:
-    """``data.max_seq_length`` must fit the encoder's positions (the tokenizer's ``model_max_length``)."""
+def check_max_seq_length(max_seq_length: int, tokenizer: PreTrainedTokenizerFast, pair: bool = False) -> None:
+    """``data.max_seq_length`` must fit the encoder's positions (the tokenizer's ``model_max_length``) and
+    leave room for a token of each text (``pair``: two) beside the special tokens: the tokenizer
+    silently ignores a ``max_length`` it cannot truncate to."""
     limit = getattr(tokenizer, "model_max_length", None) or 0
     if 0 < limit < 1_000_000 and max_seq_length > limit:  # a huge value is transformers' "no limit" sentinel
         raise ConfigError(f"data.max_seq_length={max_seq_length} exceeds the encoder's {limit} positions. "
                           f"Fix: set data.max_seq_length <= {limit} (long inputs are windowed or truncated anyway)")
+    specials = tokenizer.num_special_tokens_to_add(pair=pair)
+    least = specials + (2 if pair else 1)
+    if max_seq_length < least:
+        raise ConfigError(f"data.max_seq_length={max_seq_length} leaves no room for text beside the {specials} special "
+                          f"tokens of {'a sentence pair' if pair else 'a text'}. Fix: set data.max_seq_length >= {least} "
+                          "(128 is usual for sentences, 384 for SQuAD)")
 
 
 def check_tokenizer_fits(tokenizer: PreTrainedTokenizerFast, config: Any, name: str) -> None:

@@ -27,6 +27,15 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or folder named in the config or on the command line does not exist."""
 
 
+class RunStopped(Exception):
+    """A run ended early on purpose (a scheduler's SIGTERM): not a bug, not bad input. The console
+    scripts print the message (which says how to resume) and exit with ``exit_code`` (128 + signal)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
 @contextlib.contextmanager
 def settings_check() -> Iterator[None]:
     """Turn a ``ValueError`` raised while building a part from settings (``heads/`` are plain torch and

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 #: Data settings a trained model keeps whatever data it is evaluated on: they define its outputs.
 LABEL_KEYS = ("label_names", "tag_names", "multi_label", "label_separator", "regression", "metrics")
+#: Data settings that decide how a trained model's inputs are tokenised: the run's unless overridden by name.
+TOKENISATION_KEYS = ("max_seq_length", "doc_stride", "label_all_subwords")
 
 
 def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple[EncoderTaskModule | None, DictConfig]:
@@ -53,10 +55,17 @@ def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple
     # neither), and for tables the kind of task and its metrics (the main metric is one of them).
     trained_data = trained.cfg["data"]
     labels = {k: trained_data[k] for k in LABEL_KEYS if k in trained_data}
-    data = OmegaConf.merge(cfg.data, {"train_file": None, **labels})
-    for key in ("max_seq_length", "doc_stride", "label_all_subwords"):
-        if key in trained_data and key in data and data[key] != trained_data[key]:
-            log.info("data.%s=%s (the model was trained with %s)", key, data[key], trained_data[key])
+    # How the model's inputs are cut is the run's too, unless this command sets it on purpose.
+    tokenisation = {}
+    for key in TOKENISATION_KEYS:
+        if key not in trained_data or key not in cfg.data:
+            continue
+        if f"data.{key}" in keys:
+            log.info("data.%s=%s, as this command sets it (the model was trained with %s)", key, cfg.data[key], trained_data[key])
+        else:
+            tokenisation[key] = trained_data[key]
+            log.info("data.%s=%s, the model's own", key, trained_data[key])
+    data = OmegaConf.merge(cfg.data, {"train_file": None, **labels, **tokenisation})
     # The encoder (and its tokenizer) load from where the trained model's did.
     encoder = {**trained.cfg["encoder"], "name_or_path": trained.encoder_folder, "tokenizer": trained.tokenizer_source}
     datamodule_cfg = OmegaConf.merge(trained.cfg, {"data": data, "trainer": cfg.trainer, "encoder": encoder,

@@ -6,6 +6,8 @@ The console scripts compose the config and call :func:`train`; tests call it dir
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
 import logging
 import math
@@ -15,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from hydra.utils import get_class
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -24,10 +25,13 @@ from sesame.tasks.atomic_files import torch_save_atomic, write_json_atomic, writ
 from sesame.tasks.checkpoint_callbacks import (
     AtomicCheckpointIO,
     CheckpointSettings,
+    StopOnSigterm,
     TrainingResumeCallback,
     checkpoint_callback,
     periodic_checkpoint_callback,
+    sigterm_stops_the_run,
 )
+from sesame.tasks.checkpoint_files import load_checkpoint_file
 from sesame.tasks.checkpoints import build_module, resolve_resume
 from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
 from sesame.tasks.datamodule import SplitDataModule
@@ -73,12 +77,13 @@ def build_trainer(
     logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
     callbacks = [
         checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), TrainingThroughput(run_dir),
-        *early_stopping_callbacks(stopping, monitor), *(extra_callbacks or []),
+        *early_stopping_callbacks(stopping, monitor), *(extra_callbacks or []), StopOnSigterm(run_dir),
         *progress_bar_callbacks(kwargs.get("enable_progress_bar") is not False),
         *([CompileEncoder()] if compile_encoder else []),
     ]
     if every_n_train_steps:
         callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
+    check_trainer_keys(kwargs)
     return L.Trainer(
         **kwargs,
         default_root_dir=str(run_dir),
@@ -86,6 +91,22 @@ def build_trainer(
         logger=build_loggers(logger, run_dir),
         plugins=[AtomicCheckpointIO()],
     )
+
+
+#: Trainer arguments sesame sets itself: a ``trainer.<key>`` for them would be silently replaced.
+OWN_TRAINER_ARGS = ("default_root_dir", "callbacks", "logger", "plugins")
+
+
+def check_trainer_keys(kwargs: dict[str, Any]) -> None:
+    """Every ``trainer.*`` key (beside ``early_stopping`` and ``compile``) must be a ``lightning.Trainer``
+    argument: a misspelt one names itself and its closest match instead of failing inside Lightning."""
+    accepted = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", *OWN_TRAINER_ARGS}
+    for key in kwargs:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, sorted(accepted), n=1)
+            hint = f"did you mean trainer.{close[0]}? " if close else ""
+            raise ConfigError(f"trainer.{key} is not a lightning.Trainer argument that sesame passes on. Fix: {hint}"
+                              "see `sesame-train --cfg job` for the trainer block and Lightning's Trainer documentation")
 
 
 class LastValidation(Callback):
@@ -212,6 +233,17 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     has_validation = datamodule.has_split("validation")
     trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
                             every_n_train_steps=periodic.every_n_train_steps)
+    with sigterm_stops_the_run(run_dir):
+        metrics = fit_and_evaluate(cfg, trainer, module, datamodule, resume_from)
+    finish_run(module, metrics, run_dir)
+    return metrics
+
+
+def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskModule, datamodule: SplitDataModule,
+                     resume_from: str | None) -> dict[str, float]:
+    """Fit (resuming from ``resume_from``), then the best checkpoint's dev metrics (validated again unless the
+    last validation already saw its weights), calibration and test metrics."""
+    has_validation = datamodule.has_split("validation")
     with warnings.catch_warnings():
         # The train loaders resume mid-epoch through TrainingResumeCallback (an exact resume is tested),
         # not through Lightning's stateful-loader interface, whose absence Lightning warns about.
@@ -235,7 +267,6 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         metrics.update(calibrate_best(module, eval_ckpt))
     if datamodule.has_split("test"):
         metrics.update(flat_metrics(trainer.test(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))
-    finish_run(module, metrics, run_dir)
     return metrics
 
 
@@ -244,7 +275,7 @@ def calibrate_best(module: EncoderTaskModule, best: str | None) -> dict[str, flo
     best checkpoint's) and write it into ``best.ckpt``, which evaluation, prediction and export read."""
     result = module.calibrate()
     if best and is_main_process():
-        checkpoint = torch.load(best, map_location="cpu", weights_only=False)
+        checkpoint = load_checkpoint_file(best)
         checkpoint["state_dict"]["calibration.temperature"] = module.calibration.temperature.detach().clone()
         torch_save_atomic(checkpoint, best)
     return result

@@ -70,6 +70,10 @@ CASES = [
     ("glue-task-name-typo", None, None, ["data.task_name=sst-2"], ["data.task_name='sst-2'", "not a GLUE task"]),
     ("unknown-setting", None, None, ["+finetune.lr=0.1"], ["finetune.lr", "unknown setting"]),
     ("run-folder-in-use", None, None, ["+lock=alive"], ["in use by another run", "hydra.run.dir"]),
+    ("trainer-key-typo", None, None, ["+trainer.max_epoch=1"], ["trainer.max_epoch is not", "did you mean trainer.max_epochs?"]),
+    ("max-length-below-special-tokens", None, None, ["data.max_seq_length=1"], ["data.max_seq_length=1", "2 special tokens", ">= 3"]),
+    ("pair-max-length-below-special-tokens", None, None, ["data=rte", "data.train_file={rte}", "data.validation_file=null",
+                                                           "data.max_seq_length=4"], ["data.max_seq_length=4", "sentence pair", ">= 5"]),
 ]
 
 
@@ -100,7 +104,9 @@ def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, no
     if "+lock=alive" in overrides:  # a live process (this one) holds the folder
         overrides = [o for o in overrides if o != "+lock=alive"]
         (run_dir / ".sesame.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
-    cfg = make_cfg(*[o.format(f=path, tiny2=tiny2, tmp=tmp_path, ok_stsb=ok_stsb, no_tokenizer=no_tokenizer) for o in overrides])
+    rte = _write(tmp_path, "rte.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA man sleeps.\tA man rests.\tentailment\n")
+    cfg = make_cfg(*[o.format(f=path, tiny2=tiny2, tmp=tmp_path, ok_stsb=ok_stsb, no_tokenizer=no_tokenizer, rte=rte)
+                     for o in overrides])
     with pytest.raises(SystemExit) as stop, user_errors_are_messages():
         train(cfg, run_dir)
     err = capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 - A :class:`sesame.tasks.errors.UserError` (bad data, paths, settings): one ``error: <message>`` line
   naming the file, line or key and the fix, exit code 2, no traceback (``SESAME_TRACEBACK=1`` shows it).
+- :class:`sesame.tasks.errors.RunStopped` (a SIGTERM ended the run, its checkpoint saved): its message,
+  which says how to resume, and exit code 128 + the signal (143 for SIGTERM), as a killed process has.
 - Anything else is a bug in sesame (or in a library under it): the traceback, a line asking to
   report it, exit code 1.
 """
@@ -14,16 +16,20 @@ import sys
 import traceback
 from collections.abc import Iterator
 
-from sesame.tasks.errors import UserError
+from sesame.tasks.errors import RunStopped, UserError
 
 REPORT = "This is a bug, not a problem with your input: please report it with the command you ran and the traceback above."
 
 
 @contextlib.contextmanager
 def user_errors_are_messages() -> Iterator[None]:
-    """Exit 2 with one line for user errors, exit 1 with the traceback for everything else."""
+    """Exit 2 with one line for user errors, 128 + signal for a stopped run, exit 1 with the traceback for
+    everything else."""
     try:
         yield
+    except RunStopped as stop:
+        print(f"stopped: {stop}", file=sys.stderr)
+        sys.exit(stop.exit_code)
     except UserError as err:
         if os.environ.get("SESAME_TRACEBACK") == "1":
             raise

@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.datamodule import DataSettings, SplitDataModule
+from sesame.tasks.encoder import check_max_seq_length
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.glue.metrics import METRICS
 from sesame.tasks.glue.readers import (
@@ -83,6 +84,7 @@ class SentenceDataModule(SplitDataModule):
     def _tokenize(self, ds: datasets.Dataset) -> datasets.Dataset:
         pair = "text_b" in ds.column_names
         max_length = self.settings.max_seq_length
+        check_max_seq_length(max_length, self.tokenizer, pair=pair)
 
         def encode(batch: Mapping[str, list]) -> dict[str, list]:
             enc = self.tokenizer(batch["text_a"], batch["text_b"] if pair else None, truncation=True, max_length=max_length)
