@@ -1,5 +1,6 @@
-"""A run killed at any point (SIGKILL or SIGINT) and resumed with ``resume=true`` ends exactly like an
-uninterrupted run: the same metrics and the same prediction files."""
+"""A run killed at any point (SIGKILL, SIGINT or a scheduler's SIGTERM) and resumed with ``resume=true``
+ends exactly like an uninterrupted run: the same metrics and the same prediction files. SIGTERM saves
+``last.ckpt`` at the next optimiser step and exits 143, saying how to resume."""
 
 import json
 import os
@@ -27,6 +28,7 @@ KILLED_RUN = textwrap.dedent(
     import lightning as L
     from hydra import compose, initialize_config_module
     from sesame.tasks import runner
+    from sesame.tasks.cli.errors import user_errors_are_messages
     from sesame.tasks.resolvers import register_resolvers
 
     where, step, sig = os.environ["KILL"].split(":")
@@ -45,7 +47,8 @@ KILLED_RUN = textwrap.dedent(
     register_resolvers()
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=sys.argv[2:])
-    runner.train(cfg, sys.argv[1])
+    with user_errors_are_messages():
+        runner.train(cfg, sys.argv[1])
     """
 )
 
@@ -62,17 +65,28 @@ KILLS = [
     "train:3:SIGKILL",       # mid-epoch, one step after a periodic checkpoint
     "train:6:SIGKILL",       # the epoch's last batch: no periodic checkpoint there, resumes from step 4
     "validation:6:SIGINT",   # during the first validation, with Ctrl-C (Lightning shuts down, exits 1)
+    "train:3:SIGTERM",       # a scheduler's notice mid-epoch: last.ckpt saved at step 3, exit 143
+    "train:6:SIGTERM",       # at the epoch's last batch: its (one-batch) validation runs and saves last.ckpt, then it stops
+    "validation:6:SIGTERM",  # during a validation (of 4 batches here): stops at once, last.ckpt from step 4 stands
 ]
+#: more overrides for the killed process only (evaluation batches change no trained weight)
+KILLED_ONLY = {"validation:6:SIGTERM": ["data.eval_batch_size=8"]}
+EXIT_CODES = {"SIGKILL": -9, "SIGINT": 1, "SIGTERM": 143}
+#: the step of last.ckpt a SIGTERM leaves
+SIGTERM_SAVED_AT = {"train:3:SIGTERM": 3, "train:6:SIGTERM": 6, "validation:6:SIGTERM": 4}
 
 
 @pytest.mark.parametrize("kill", KILLS)
 def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir, tmp_path, straight, kill):
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *OVERRIDES],
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *OVERRIDES, *KILLED_ONLY.get(kill, [])],
                             env={**os.environ, "KILL": kill}, capture_output=True, text=True)
-    assert killed.returncode == (-9 if kill.endswith("SIGKILL") else 1), killed.stderr[-2000:]
+    assert killed.returncode == EXIT_CODES[kill.split(":")[2]], killed.stderr[-2000:]
     assert not (run / "metrics.json").exists()
+    if kill in SIGTERM_SAVED_AT:
+        assert f"hydra.run.dir={run} resume=true" in killed.stderr and "Traceback" not in killed.stderr
+        assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == SIGTERM_SAVED_AT[kill]
 
     resumed = train(make_cfg(*OVERRIDES, "resume=true"), run)
     metrics, predictions = straight

@@ -74,3 +74,20 @@ def test_a_missing_checkpoint_is_one_clear_line(tmp_path):
     )
     assert out.returncode == 2
     assert "error: model=" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("overrides, expected", [([], 24), (["data.max_seq_length=40"], 40)])
+def test_a_trained_model_is_evaluated_with_its_own_max_seq_length_unless_the_command_sets_one(
+        make_cfg, tmp_path, monkeypatch, caplog, overrides, expected):
+    from sesame.tasks import evaluation
+
+    train(make_cfg("data.max_seq_length=24", "data.max_train_examples=8", "data.max_eval_examples=8"), tmp_path / "run")
+    seen = []
+    build = evaluation.build_datamodule
+    monkeypatch.setattr(evaluation, "build_datamodule", lambda cfg: seen.append(cfg.data.max_seq_length) or build(cfg))
+    with caplog.at_level("INFO", logger="sesame.tasks.evaluation"):
+        evaluate(make_cfg(f"++model={tmp_path / 'run'}", "data.max_eval_examples=8", *overrides), tmp_path / "eval",
+                 overrides=overrides)
+    assert seen == [expected]  # the command's default (128) is not the model's
+    said = "the model's own" if not overrides else "as this command sets it (the model was trained with 24)"
+    assert f"data.max_seq_length={expected}, {said}" in caplog.text
