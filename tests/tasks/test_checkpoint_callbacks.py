@@ -104,7 +104,7 @@ def test_a_top_k_run_resumes_exactly_from_checkpoints_without_its_frozen_weights
     killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *overrides],
                             env={**os.environ, "KILL": "train:3:SIGKILL"}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert "sesame_frozen_encoder" in torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert "sesame_frozen_encoder" in torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert train(make_cfg(*overrides, "resume=true"), run) == metrics
     assert (run / "val_SST-2.tsv").read_text() == (tmp_path / "straight" / "val_SST-2.tsv").read_text()
 
@@ -118,7 +118,7 @@ def test_last_ckpt_follows_every_validation_even_without_improvement(make_cfg, t
     run = tmp_path / "run"
     train(make_cfg("data.max_train_examples=32", "data.max_eval_examples=32", "data.batch_size=8",
                    "trainer.max_epochs=3", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null"), run)
-    step = lambda name: torch.load(run / "checkpoints" / name, weights_only=False)["global_step"]  # noqa: E731
+    step = lambda name: torch.load(run / "checkpoints" / name, weights_only=True)["global_step"]  # noqa: E731
     assert step("best.ckpt") == 4 and step("last.ckpt") == 12
 
 

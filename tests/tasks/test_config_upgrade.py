@@ -28,7 +28,7 @@ def test_missing_settings_take_the_tasks_defaults():
 def test_an_older_full_run_loads_to_its_own_predictions(make_cfg, tmp_path, caplog):
     train(make_cfg("trainer.limit_train_batches=2"), tmp_path)
     path = tmp_path / "checkpoints" / "best.ckpt"
-    checkpoint = torch.load(path, weights_only=False)
+    checkpoint = torch.load(path, weights_only=True)
     cfg = checkpoint["hyper_parameters"]["cfg"]
     del cfg["encoder"]["init"], cfg["data"]["group_by_length"]
     # the encoder pooler's weights such a run held (any values: they are never read)

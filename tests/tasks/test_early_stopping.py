@@ -32,7 +32,7 @@ def _main_metric(monkeypatch, value):
 
 
 def _global_step(checkpoint):
-    return torch.load(checkpoint, weights_only=False)["global_step"]
+    return torch.load(checkpoint, weights_only=True)["global_step"]
 
 
 def _logged_val_losses(run):

@@ -84,5 +84,5 @@ def test_the_encoder_pooler_never_runs(make_cfg, pooling, tmp_path):
         again = load_trained(tmp_path).module
         assert again.encoder.model.pooler is None
         torch.testing.assert_close(again.pooling.dense.weight, torch.load(
-            tmp_path / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]["pooling.dense.weight"])
+            tmp_path / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]["pooling.dense.weight"])
         assert metrics["val_accuracy"] is not None

@@ -42,7 +42,7 @@ def test_a_run_evaluates_after_its_pretrained_folder_is_deleted(make_cfg, tiny_b
     assert (tmp_path / "eval" / "val_SST-2.tsv").read_text() == (run / "val_SST-2.tsv").read_text()
     assert (run / "encoder" / "config.json").is_file() and (run / "encoder" / "tokenizer.json").is_file()
 
-    checkpoint = torch.load(run / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=False)
+    checkpoint = torch.load(run / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
     encoder_keys = [k for k in checkpoint["state_dict"] if k.startswith("encoder.")]
     if finetune == "full":  # every weight trained: all in the checkpoint, none stored beside it
         assert FROZEN_KEY not in checkpoint and not (run / "encoder" / "model.safetensors").exists()

@@ -32,7 +32,7 @@ def test_a_checkpoint_rebuilds_its_module(make_cfg, tmp_path):
 
     train(make_cfg(), tmp_path)
     module = SentenceClassificationModule.load_from_checkpoint(tmp_path / "checkpoints" / "best.ckpt")
-    state = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    state = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
     torch.testing.assert_close(module.head.classifier.weight, state["head.classifier.weight"])
     assert module.label_names == ["0", "1"]
 

@@ -203,7 +203,7 @@ def test_a_distillation_run_end_to_end_with_the_logit_cache(make_cfg, teachers, 
     rows = list(csv.DictReader(open(tmp_path / "plain" / "logs" / "metrics.csv")))
     kl = [float(r["train_distill_kl"]) for r in rows if r.get("train_distill_kl")]
     assert kl and all(np.isfinite(kl)) and max(kl) > 0
-    state = torch.load(tmp_path / "plain" / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    state = torch.load(tmp_path / "plain" / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
     assert state["encoder.model.encoder.layer.1.output.dense.weight"] is not None
     assert "encoder.model.encoder.layer.2.output.dense.weight" not in state
     # Evaluating the student needs no teacher.

@@ -41,7 +41,7 @@ def test_the_temperature_is_fitted_saved_and_used(make_cfg, calibrated, tmp_path
     run, metrics = calibrated
     temperature = metrics["val_temperature"]
     assert temperature > 0 and temperature != pytest.approx(1.0, abs=1e-3)
-    state = torch.load(run / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    state = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
     assert float(state["calibration.temperature"]) == pytest.approx(temperature, rel=1e-6)
 
     module = load_trained(run).module

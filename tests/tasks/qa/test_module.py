@@ -85,7 +85,7 @@ def test_squad_v1_train_eval_files_and_checkpoint(make_cfg, tmp_path, capsys):
     # The checkpoint rebuilds the module; training moved the head away from its seeded init.
     ckpt = run / "checkpoints" / "best.ckpt"
     module = SquadModule.load_from_checkpoint(ckpt)
-    state = torch.load(ckpt, weights_only=False)["state_dict"]
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
     torch.testing.assert_close(module.head.qa_outputs.weight, state["head.qa_outputs.weight"])
     L.seed_everything(int(cfg.seed), verbose=False)
     fresh = SquadModule(cfg)
