@@ -27,6 +27,11 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or folder named in the config or on the command line does not exist."""
 
 
+class WriteError(UserError, OSError):
+    """A file that cannot be written where it was asked for: a full disk or quota, a read-only or
+    unwritable folder, a regular file where a folder should be (``tasks/atomic_files.py``)."""
+
+
 @contextlib.contextmanager
 def settings_check() -> Iterator[None]:
     """Turn a ``ValueError`` raised while building a part from settings (``heads/`` are plain torch and
