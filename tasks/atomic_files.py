@@ -34,6 +34,10 @@ WRITE_PROBLEMS = {
 }
 
 
+#: errno that only the machine causes (never a read, never sesame's mistake), whichever code wrote.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
 def file_in_the_way(path: Path) -> Path | None:
     """The nearest existing parent of ``path`` that is not a folder (``some_file`` of ``some_file/out``), or None."""
     for parent in path.parents:
@@ -44,7 +48,7 @@ def file_in_the_way(path: Path) -> Path | None:
 
 def write_error(err: OSError, path: Path, kept: str) -> WriteError | None:
     """The :class:`WriteError` that tells the user why ``path`` could not be written, and ``kept``
-    (what is still there); None where ``err`` is not theirs to fix."""
+    (a sentence on what is still there, or ""); None where ``err`` is not theirs to fix."""
     if isinstance(err, WriteError):
         return err
     blocker = file_in_the_way(path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
@@ -54,7 +58,15 @@ def write_error(err: OSError, path: Path, kept: str) -> WriteError | None:
         what, fix = WRITE_PROBLEMS[err.errno]
     else:
         return None
-    return WriteError(f"cannot write {path}: {what} ({err.strerror}). {kept}. Fix: {fix}")
+    return WriteError(f"cannot write {path}: {what} ({err.strerror}). {kept}Fix: {fix}")
+
+
+def disk_error(err: OSError) -> WriteError | None:
+    """A full disk or read-only file system met by a write outside :func:`atomic_open` (Lightning's
+    logger, the feature cache) as a :class:`WriteError`; None for any other error."""
+    if err.errno not in DISK_ERRNOS:
+        return None
+    return write_error(err, Path(err.filename or "a file"), kept="")
 
 
 @contextlib.contextmanager
@@ -73,7 +85,7 @@ def write_errors_explained(path: Path, kept: str) -> Iterator[None]:
 def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     """``with atomic_open(path, "wb") as f: ...``: ``path`` appears, whole, only when the block succeeds."""
     path = Path(path)
-    kept = f"The previous {path.name} is intact" if path.is_file() else "Nothing was written"
+    kept = f"The previous {path.name} is intact. " if path.is_file() else "Nothing was written. "
     with write_errors_explained(path, kept):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

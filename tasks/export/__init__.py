@@ -36,7 +36,7 @@ from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.errors import ConfigError, UserError, WriteError
 
 #: What a refused export write leaves behind (``staged_folder`` removes its partial folder).
-NOTHING_WRITTEN = "Nothing was written (the partial export was removed)"
+NOTHING_WRITTEN = "Nothing was written (the partial export was removed). "
 #: ``--format`` values.
 FORMATS = ("hf", "onnx")
 
@@ -70,7 +70,7 @@ def check_output_folder(output: str | Path) -> Path:
     output = Path(output).expanduser()
     blocker = file_in_the_way(output)
     if blocker is not None:
-        raise WriteError(f"cannot write {output}: {blocker} is a file, not a folder. {NOTHING_WRITTEN}. "
+        raise WriteError(f"cannot write {output}: {blocker} is a file, not a folder. {NOTHING_WRITTEN}"
                          "Fix: name an output folder whose parents are folders")
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         what = "a file" if not output.is_dir() else "a folder that is not empty"
