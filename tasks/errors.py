@@ -36,6 +36,11 @@ class RunStopped(Exception):
         self.exit_code = 128 + signum
 
 
+class WriteError(UserError, OSError):
+    """A file that cannot be written where it was asked for: a full disk or quota, a read-only or
+    unwritable folder, a regular file where a folder should be (``tasks/atomic_files.py``)."""
+
+
 @contextlib.contextmanager
 def settings_check() -> Iterator[None]:
     """Turn a ``ValueError`` raised while building a part from settings (``heads/`` are plain torch and

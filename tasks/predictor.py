@@ -153,7 +153,11 @@ def finite(value: float | None) -> float | None:
 
 
 def string_field(record: Mapping[str, Any], key: str, where: str, fix: str, required: bool = True) -> str | None:
-    """``record[key]`` checked to be a string; a :class:`DataError` naming ``where`` and ``fix`` otherwise."""
+    """``record[key]`` checked to be a string; a :class:`DataError` naming ``where`` and ``fix`` otherwise.
+
+    The rule of every task's input: a required field that is missing, not a string, empty or only
+    white space is refused (an empty text has nothing to predict on; a model would still answer).
+    """
     if key not in record or record[key] is None:
         if not required:
             return None
@@ -161,6 +165,8 @@ def string_field(record: Mapping[str, Any], key: str, where: str, fix: str, requ
     value = record[key]
     if not isinstance(value, str):
         raise DataError(f"{where}: {key!r} must be a string, got {type(value).__name__} {value!r:.60}. Fix: {fix}")
+    if required and not value.strip():
+        raise DataError(f"{where}: {key!r} is empty. Fix: {fix}")
     return value
 
 

@@ -5,6 +5,7 @@ The cases run the same code as the console scripts (``train`` inside ``user_erro
 the last ones go through ``sesame-train`` itself, where Hydra's own errors name the bad key.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -155,3 +156,13 @@ def test_a_bug_is_not_reported_as_a_user_error(capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 1
     assert "Traceback" in err and "please report it" in err and "error: " not in err.splitlines()[0]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_full_disk_outside_sesames_atomic_writes_is_one_line(capsys, code):
+    # e.g. Lightning's CSV logger or the feature cache writing on their own: the environment, not a bug
+    with pytest.raises(SystemExit) as stop, user_errors_are_messages():
+        raise OSError(code, os.strerror(code), "/runs/x/logs/metrics.csv")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert err.startswith(f"error: cannot write /runs/x/logs/metrics.csv: ") and "Fix:" in err

@@ -21,6 +21,8 @@ from sesame.tasks.atomic_files import atomic_open
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.errors import ConfigError, DataError, MissingFileError
 
+log = logging.getLogger(__name__)
+
 EPILOG = """\
 MODEL is a run folder (its checkpoints/best.ckpt, else last.ckpt), a .ckpt file, or an ONNX export
 folder (sesame-export; holds model.onnx). INPUT is a file of JSON lines, or - / nothing for stdin.
@@ -63,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("model", metavar="MODEL", help="run folder, .ckpt file or ONNX export folder")
     parser.add_argument("input", metavar="INPUT", nargs="?", default="-", help="JSON-lines file; - or nothing: stdin")
     parser.add_argument("-o", "--output", metavar="OUTPUT", default=None,
-                        help="write JSON lines here (whole or not at all); default: stdout")
+                        help="write JSON lines here (whole or not at all; missing folders are made); default: stdout")
     parser.add_argument("--batch-size", type=int, default=None, metavar="N",
                         help="windows run at once (default: the model's data.eval_batch_size)")
     parser.add_argument("--n-best", type=int, default=0, metavar="K", help="QA: list the K best answers (\"nbest\")")
@@ -96,11 +98,19 @@ def count_lines(path: Path) -> int:
         return sum(1 for line in handle if line.strip())
 
 
+def readable_stdin() -> IO[str]:
+    """``sys.stdin``; a :class:`MissingFileError` where it is closed (``0<&-``: Python then sets it to None)."""
+    if sys.stdin is None:
+        raise MissingFileError("INPUT -: standard input is closed, there is nothing to read. Fix: pipe the "
+                               "JSON lines in (... | sesame-predict MODEL) or name a JSON-lines file as INPUT")
+    return sys.stdin
+
+
 @contextlib.contextmanager
 def open_input(name: str) -> Iterator[tuple[IO[str], str, Path | None]]:
     """``(text handle, its name for errors, the file or None for stdin)``."""
     if name == "-":
-        yield sys.stdin, "<stdin>", None
+        yield readable_stdin(), "<stdin>", None
         return
     path = Path(name).expanduser()
     with open(path, encoding="utf-8") as handle:
@@ -136,6 +146,8 @@ def run(args: argparse.Namespace) -> None:
         raise MissingFileError(f"MODEL {args.model!r}: no such run folder, .ckpt file or ONNX folder")
     if args.input != "-" and not Path(args.input).expanduser().is_file():  # before the model loads
         raise MissingFileError(f"INPUT {args.input!r}: no such file (give a JSON-lines file, or - for stdin)")
+    if args.input == "-":
+        readable_stdin()  # a closed stdin fails before the model loads
     runner = runner_for(args.model, parse_overrides(args.overrides))
     kwargs: dict[str, Any] = {"batch_size": args.batch_size}
     if args.n_best:
@@ -148,9 +160,12 @@ def run(args: argparse.Namespace) -> None:
         show = args.progress if args.progress is not None else path is not None and sys.stderr.isatty()
         total = count_lines(path) if show and path is not None else None
         outputs = predictor.predict_json_lines(utf8_lines(handle, source), source=source, progress=show, total=total)
+        written = 0
         with open_output(args.output) as out:
-            for output in outputs:
+            for written, output in enumerate(outputs, start=1):
                 out.write(json.dumps(output, ensure_ascii=False, allow_nan=False) + "\n")
+    if not written:  # not an error (an empty file gives an empty output), but perhaps nothing was piped in
+        log.warning("no input lines in %s: nothing to predict", source)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -73,6 +73,22 @@ def _check_mapping(obj: Any, path: Path, what: str, value_type: type | tuple[typ
     return obj
 
 
+def _without_answers(dataset: dict, version: str) -> tuple[Any, str] | None:
+    """The first question ``version`` cannot score, ``(id, what its 'answers' field is)``, or None.
+
+    v1.1 scores each question against at least one answer; v2.0 takes ``[]`` as "no answer" (as its
+    official script does) and a missing or null field only with ``is_impossible: true``.
+    """
+    for article in dataset["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                answers = qa.get("answers")
+                if answers or (version == "squad_v2" and (answers == [] or qa.get("is_impossible") is True)):
+                    continue
+                return qa["id"], "'answers' is missing" if "answers" not in qa else f"'answers' is {json.dumps(answers)}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     predictions = _check_mapping(_read_json(args.predictions, "predictions"), args.predictions, "predictions", str)
@@ -83,6 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         gold = gold_from_dataset(dataset)
     except (KeyError, TypeError) as exc:
         _die(f"dataset file {args.dataset} is not SQuAD format (missing field {exc})")
+    unanswered = _without_answers(dataset, args.version)
+    if unanswered is not None:
+        fix = ("give it its answers [{\"text\": ..., \"answer_start\": N}], or score unanswerable questions with squad_v2"
+               if args.version == "squad_v1" else
+               "give it its answers, or mark it unanswerable with \"is_impossible\": true and \"answers\": []")
+        _die(f"dataset file {args.dataset}: question {unanswered[0]!r} has no gold answers: {unanswered[1]}. Fix: {fix}")
     bad = next(((qid, a) for qid, answers in gold.items() for a in answers if not isinstance(a, str)), None)
     if bad is not None:
         _die(f"dataset file {args.dataset}: question {bad[0]!r} has an answer text {bad[1]!r} that is not a string; "

@@ -31,10 +31,12 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.atomic_files import current_umask
+from sesame.tasks.atomic_files import current_umask, file_in_the_way, write_errors_explained
 from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.errors import ConfigError, UserError
+from sesame.tasks.errors import ConfigError, UserError, WriteError
 
+#: What a refused export write leaves behind (``staged_folder`` removes its partial folder).
+NOTHING_WRITTEN = "Nothing was written (the partial export was removed). "
 #: ``--format`` values.
 FORMATS = ("hf", "onnx")
 
@@ -63,8 +65,13 @@ def run_folder_of(checkpoint: str | Path) -> Path | None:
 
 
 def check_output_folder(output: str | Path) -> Path:
-    """``output`` must not exist, or be an empty folder (nothing is ever overwritten)."""
+    """``output`` must not exist, or be an empty folder (nothing is ever overwritten), and its parents
+    must be folders."""
     output = Path(output).expanduser()
+    blocker = file_in_the_way(output)
+    if blocker is not None:
+        raise WriteError(f"cannot write {output}: {blocker} is a file, not a folder. {NOTHING_WRITTEN}"
+                         "Fix: name an output folder whose parents are folders")
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         what = "a file" if not output.is_dir() else "a folder that is not empty"
         raise UserError(f"the output {str(output)!r} is {what}; sesame-export writes only a new or empty folder. "
@@ -77,18 +84,19 @@ def staged_folder(output: str | Path) -> Iterator[Path]:
     """``with staged_folder(out) as tmp: <write into tmp>``: ``out`` appears, whole, only when the block
     succeeds (``tmp`` is a hidden folder next to it, renamed into place; removed on any error)."""
     output = check_output_folder(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
-    try:
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the export is an ordinary folder
-        yield tmp
-        check_output_folder(output)  # someone may have written it meanwhile
-        if output.is_dir():
-            output.rmdir()  # empty: rename cannot replace it on every platform
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with write_errors_explained(output, NOTHING_WRITTEN):  # a full disk, a read-only folder: one clear line
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
+        try:
+            tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the export is an ordinary folder
+            yield tmp
+            check_output_folder(output)  # someone may have written it meanwhile
+            if output.is_dir():
+                output.rmdir()  # empty: rename cannot replace it on every platform
+            os.replace(tmp, output)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def decision_thresholds(module: Any) -> dict[str, float] | None:

@@ -68,9 +68,6 @@ class QuestionAnsweringPredictor(Predictor):
         fix = f"give each input as {self.input_example}"
         question = string_field(record, "question", where, fix)
         context = string_field(record, "context", where, fix)
-        for key, value in (("question", question), ("context", context)):
-            if not value.strip():
-                raise DataError(f"{where}: {key!r} is empty. Fix: {fix}")
         return question, context, where
 
     def predict_prepared(self, items: Sequence[tuple[str, str, str]]) -> list[dict[str, Any]]:

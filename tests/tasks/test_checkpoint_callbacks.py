@@ -2,6 +2,7 @@
 ends exactly like an uninterrupted run: the same metrics and the same prediction files. SIGTERM saves
 ``last.ckpt`` at the next optimiser step and exits 143, saying how to resume."""
 
+import errno
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from sesame.tasks.checkpoints import resolve_resume
+from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.errors import MissingFileError
 from sesame.tasks.runner import train
 
@@ -127,3 +129,27 @@ def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
         resolve_resume(True, tmp_path)
     (tmp_path / "config.yaml").write_text("seed: 1\n")  # a run started here and died before a checkpoint
     assert resolve_resume(True, tmp_path) is None
+
+
+def test_a_full_disk_while_training_is_one_line_and_keeps_the_last_checkpoint(make_cfg, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    last = run / "checkpoints" / "last.ckpt"
+    kept: dict[str, bytes] = {}
+    fsync = os.fsync
+
+    def disk_fills_after_the_first_checkpoint(fd: int) -> None:
+        if not last.is_file():
+            return fsync(fd)
+        kept.setdefault("last", last.read_bytes())
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_fills_after_the_first_checkpoint)
+    cfg = make_cfg("data.max_train_examples=32", "data.batch_size=8", "checkpoint.every_n_train_steps=1")
+    with pytest.raises(SystemExit) as stop, user_errors_are_messages():  # as sesame-train ends
+        train(cfg, run)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert f"error: cannot write {last}: no space left on the device" in err and "previous last.ckpt is intact" in err
+    assert last.read_bytes() == kept["last"]
+    assert torch.load(last, weights_only=False)["global_step"] == 1  # whole, loadable: resume=true starts from it
+    assert [p.name for p in last.parent.iterdir()] == ["last.ckpt"]  # no temporary file left

@@ -149,6 +149,9 @@ def test_bad_lines_name_the_input_the_line_the_field_and_the_fix(sst2_runner):
     assert error('{"text": "fine"}', "{not json").startswith("in.jsonl, line 2: not JSON")
     assert error('["a list"]').startswith("in.jsonl, line 1: expected a JSON object, got list")
     assert "'text' must be a string, got int" in error('{"text": 3}')
+    # One rule for every task (tasks/predictor.py string_field): a required field that is empty or blank is refused.
+    assert error('{"text": "fine"}', '{"text": ""}') == "in.jsonl, line 2: 'text' is empty. Fix: give each input as {\"text\": \"a gripping film\"}"
+    assert error('{"text": " \\t\\n"}').startswith("in.jsonl, line 1: 'text' is empty")
     with pytest.raises(DataError, match="input record 2: no 'text' field"):
         predictor([{"text": "ok"}, {"sentence": "wrong key"}])
     assert len(list(predictor.predict_json_lines(['{"text": "a"}', "  ", '{"text": "b"}']))) == 2  # blank lines skipped

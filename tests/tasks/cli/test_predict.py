@@ -105,3 +105,28 @@ def test_set_values_are_read_as_yaml():
                                                "encoder.tokenizer": None, "data.x": "a=b"}
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["n_best_size"])
+
+
+def _predict_process(run: Path, *args: str, stdin: str) -> subprocess.CompletedProcess:
+    """``sesame-predict RUN ARGS`` in a shell, with ``stdin`` as its input redirection (``</dev/null``, ``0<&-``)."""
+    command = f'exec "$0" -m sesame.tasks.cli.predict "$@" {stdin}'
+    return subprocess.run(["sh", "-c", command, sys.executable, str(run), *args], capture_output=True, text=True)
+
+
+def test_closed_stdin_is_a_clear_error_and_empty_stdin_an_empty_output(sst2_run):
+    closed = _predict_process(sst2_run, stdin="0<&-")
+    assert closed.returncode == 2 and "Traceback" not in closed.stderr
+    assert "error: INPUT -: standard input is closed" in closed.stderr and "Fix:" in closed.stderr
+    empty = _predict_process(sst2_run, stdin="</dev/null")
+    assert empty.returncode == 0 and empty.stdout == "" and "no input lines in <stdin>" in empty.stderr
+
+
+def test_output_into_new_folders_makes_them_and_under_a_file_is_a_clear_error(sst2_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"text": "a fine film"}\n'))
+    main([str(sst2_run), "-o", str(tmp_path / "new" / "folders" / "out.jsonl")])  # as mkdir -p: a user expects the file
+    assert list(_lines((tmp_path / "new" / "folders" / "out.jsonl").read_text()))[0]["label"] in ("0", "1")
+    (tmp_path / "some_file").write_text("mine")
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"text": "a fine film"}\n'))
+    assert _exit_code(sst2_run, "-o", tmp_path / "some_file" / "out.jsonl") == 2
+    assert f"{tmp_path / 'some_file'} is a file, not a folder" in capsys.readouterr().err
+    assert (tmp_path / "some_file").read_text() == "mine"

@@ -88,6 +88,37 @@ def test_bad_input_exits_2_with_message(capsys, write_json, real_dev_v1, setup, 
     assert message in capsys.readouterr().err
 
 
+def _gold(answers_of_b: dict) -> dict:
+    """A two-question gold file: "a" answered, "b" with the fields ``answers_of_b``."""
+    return {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "a", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]},
+        {"id": "b", "question": "What is Paris?", **answers_of_b}]}]}]}
+
+
+@pytest.mark.parametrize("version, fields, shown", [
+    ("squad_v1", {"answers": None}, "'answers' is null"),
+    ("squad_v1", {"answers": []}, "'answers' is []"),
+    ("squad_v1", {}, "'answers' is missing"),
+    ("squad_v1", {"answers": [], "is_impossible": True}, "'answers' is []"),  # v1 has no unanswerable questions
+    ("squad_v2", {"answers": None}, "'answers' is null"),
+    ("squad_v2", {}, "'answers' is missing"),
+])
+def test_a_question_without_gold_answers_is_named(capsys, write_json, version, fields, shown):
+    with pytest.raises(SystemExit) as info:
+        main([version, str(write_json({"a": "France", "b": "a city"}, "p.json")), str(gold := write_json(_gold(fields), "d.json"))])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"dataset file {gold}: question 'b' has no gold answers: {shown}" in err and "Fix:" in err
+
+
+@pytest.mark.parametrize("fields", [{"answers": [], "is_impossible": True}, {"answers": None, "is_impossible": True},
+                                    {"is_impossible": True}, {"answers": []}])
+def test_unanswerable_v2_questions_score(capsys, write_json, fields):
+    code, out, _ = run(capsys, "squad_v2", write_json({"a": "France", "b": ""}, "p.json"), write_json(_gold(fields), "d.json"))
+    result = json.loads(out)
+    assert code == 0 and result["exact_match"] == 100.0 and result["NoAns_total"] == 1
+
+
 def test_help_and_entry_point():
     out = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.score", "--help"], capture_output=True, text=True)
     assert out.returncode == 0

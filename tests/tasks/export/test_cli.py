@@ -3,7 +3,9 @@ one ``error:`` line with exit code 2 (nothing written)."""
 
 from __future__ import annotations
 
+import errno
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,38 @@ def test_help_shows_examples(capsys) -> None:
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "sesame-export outputs/glue/<run> exports/sst2-hf --format hf" in out and "--int8" in out
+
+
+def test_an_output_under_a_regular_file_is_named_before_any_work(trained_run, capsys, tmp_path: Path) -> None:
+    (tmp_path / "some_file").write_text("mine")
+    line = _fails(capsys, trained_run("glue"), tmp_path / "some_file" / "out", "--format", "hf")
+    assert f"cannot write {tmp_path / 'some_file' / 'out'}: {tmp_path / 'some_file'} is a file, not a folder" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["some_file"] and (tmp_path / "some_file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("code, words", [(errno.EACCES, "permission denied"), (errno.EROFS, "read-only")])
+def test_a_read_only_parent_is_one_line_and_writes_nothing(trained_run, capsys, monkeypatch, tmp_path: Path,
+                                                           code, words) -> None:
+    mkdtemp = tempfile.mkdtemp
+
+    def refused(*args, dir=None, **kwargs):  # root writes anywhere: refuse as a read-only folder would
+        if Path(dir) == tmp_path:
+            raise OSError(code, "refused", str(dir))
+        return mkdtemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    line = _fails(capsys, trained_run("glue"), tmp_path / "out", "--format", "hf")
+    assert f"cannot write {tmp_path / 'out'}: " in line and words in line and "Nothing was written" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_mid_export_is_one_line_and_leaves_no_folder(trained_run, capsys, monkeypatch, tmp_path: Path) -> None:
+    import sesame.tasks.export.hf as hf
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(hf, "write_model_card", full)
+    line = _fails(capsys, trained_run("glue"), tmp_path / "out", "--format", "hf")
+    assert f"cannot write {tmp_path / 'out'}: no space left on the device" in line and "Nothing was written" in line
+    assert list(tmp_path.iterdir()) == []

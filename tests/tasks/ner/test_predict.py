@@ -70,10 +70,11 @@ def test_the_word_pattern():
 def test_a_sentence_longer_than_a_window_and_an_empty_one(ner_run):
     predictor = Predictor.from_run(ner_run)
     long_words = (TEXTS[2].split() * 7)[:80]  # more than 3 windows of 24 tokens
-    long, empty, short = predictor([{"tokens": long_words}, {"text": "   "}, {"tokens": long_words[:10]}])
+    long, short = predictor([{"tokens": long_words}, {"tokens": long_words[:10]}])
     assert len(long["tags"]) == 80 and long["tokens"] == long_words
-    assert empty == {"entities": [], "tokens": [], "tags": []}
     assert len(short["tags"]) == 10
+    with pytest.raises(DataError, match="record 2: 'text' is empty"):  # every task's rule (predictor.string_field)
+        predictor([{"tokens": long_words[:10]}, {"text": "   "}])
 
 
 def test_entity_scores_are_the_mean_probability_of_the_predicted_tags(ner_run):
