@@ -7,7 +7,9 @@ them (``state-of-the-art``, ``O'Neil``, ``don't``); every other non-space charac
 symbols, emoji) is a word of its own; whitespace separates words and is never part of one. Models
 trained on differently split text (e.g. ``n't`` as its own token, ``@user`` as one) do best with
 ``"tokens"`` split the way their training data was. The words are then tokenised exactly as in
-training (``tasks/ner/windows.py``: sub-words, windows of whole words for long inputs).
+training (``tasks/ner/windows.py``: sub-words, windows of whole words for long inputs). A ``"text"``
+that is empty or only white space, an empty ``"tokens"`` list and a word of ``"tokens"`` that is
+empty or only white space are errors naming the input line and the field.
 
 Output::
 
@@ -85,11 +87,19 @@ class TaggingPredictor(Predictor):
             raise DataError(f"{where}: both 'text' and 'tokens'. Fix: {fix}, not both")
         if "tokens" not in record:
             text = string_field(record, "text", where, fix)
+            if not text.strip():
+                raise DataError(f"{where}: 'text' is empty or only white space. Fix: {fix}")
             words, offsets = split_words(text)
             return Sentence(text, words, offsets)
         words = record["tokens"]
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise DataError(f"{where}: 'tokens' must be a list of strings, got {str(words)[:60]}. Fix: {fix}")
+        if not words:
+            raise DataError(f"{where}: 'tokens' is empty. Fix: {fix}")
+        blank = next((i for i, w in enumerate(words) if not w.strip()), None)
+        if blank is not None:
+            raise DataError(f"{where}: 'tokens' word {blank + 1} ({words[blank]!r}) is empty or only white space. "
+                            "Fix: leave it out (white space is no word)")
         text, offsets = joined_offsets(words)
         return Sentence(text, list(words), offsets)
 

@@ -67,13 +67,23 @@ def test_the_word_pattern():
     assert split_words("   ")[0] == [] and split_words("")[1].shape == (0, 2)
 
 
-def test_a_sentence_longer_than_a_window_and_an_empty_one(ner_run):
+def test_a_sentence_longer_than_a_window(ner_run):
     predictor = Predictor.from_run(ner_run)
     long_words = (TEXTS[2].split() * 7)[:80]  # more than 3 windows of 24 tokens
-    long, empty, short = predictor([{"tokens": long_words}, {"text": "   "}, {"tokens": long_words[:10]}])
+    long, short = predictor([{"tokens": long_words}, {"tokens": long_words[:10]}])
     assert len(long["tags"]) == 80 and long["tokens"] == long_words
-    assert empty == {"entities": [], "tokens": [], "tags": []}
     assert len(short["tags"]) == 10
+
+
+def test_empty_inputs_are_refused_naming_the_line_and_the_field(ner_run):
+    predictor = Predictor.from_run(ner_run)
+    with pytest.raises(DataError, match=r"record 2: 'tokens' is empty\. Fix: .*\{\"tokens\""):
+        predictor([{"tokens": ["a"]}, {"tokens": []}])
+    for text in ("", "  \t\n"):
+        with pytest.raises(DataError, match=r"record 1: 'text' is empty or only white space\. Fix: "):
+            predictor([{"text": text}])
+    with pytest.raises(DataError, match=r"record 1: 'tokens' word 2 \(' '\) is empty or only white space\. Fix: leave it out"):
+        predictor([{"tokens": ["a", " ", "b"]}])
 
 
 def test_entity_scores_are_the_mean_probability_of_the_predicted_tags(ner_run):
