@@ -3,6 +3,8 @@ char spans widened onto them."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from sesame.tasks.graphemes import cluster_bounds, whole_clusters
@@ -10,7 +12,7 @@ from sesame.tasks.graphemes import cluster_bounds, whole_clusters
 
 def _clusters(text: str) -> list[str]:
     bounds = cluster_bounds(text).tolist()
-    return [text[s:e] for s, e in zip(bounds, bounds[1:])]
+    return [text[s:e] for s, e in pairwise(bounds)]
 
 
 def test_a_cluster_is_a_base_with_what_attaches_to_it():
