@@ -256,6 +256,27 @@ def words_tokenizer(tokenizer: Any) -> Any:
     return words
 
 
+def pre_token_spans(tokenizer: Any, text: str) -> np.ndarray:
+    """The char spans [P, 2] in ``text`` of the tokenizer's pre-tokens (the words it cuts text into before
+    sub-words): its normaliser, then its pre-tokeniser, as in encoding. BERT's normaliser puts each CJK
+    character apart, its pre-tokeniser splits at white space and punctuation; SentencePiece's at white
+    space only. Spans are in ``text``'s own coordinates, even where the normaliser changes lengths
+    (accents stripped, ligatures expanded); characters it drops (controls, lone accents) are in none.
+    A tokenizer without a Rust backend gives no spans."""
+    from tokenizers import PreTokenizedString
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return np.zeros((0, 2), dtype=np.int64)
+    pieces = PreTokenizedString(text)
+    if backend.normalizer is not None:
+        pieces.normalize(backend.normalizer.normalize)
+    if backend.pre_tokenizer is not None:
+        backend.pre_tokenizer.pre_tokenize(pieces)
+    spans = [span for _, span, _ in pieces.get_splits(offset_referential="original", offset_type="char")]
+    return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+
+
 def show_segment_ids(tokenizer: Any) -> None:
     """Make ``tokenizer`` return the segment ids its pair template assigns (ALBERT's, XLNet's:
     transformers 5 leaves ``token_type_ids`` out of their ``model_input_names``, so pairs would reach

@@ -166,7 +166,7 @@ def string_field(record: Mapping[str, Any], key: str, where: str, fix: str, requ
     if not isinstance(value, str):
         raise DataError(f"{where}: {key!r} must be a string, got {type(value).__name__} {value!r:.60}. Fix: {fix}")
     if required and not value.strip():
-        raise DataError(f"{where}: {key!r} is empty. Fix: {fix}")
+        raise DataError(f"{where}: {key!r} is empty or only white space. Fix: {fix}")
     return value
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -73,12 +73,39 @@ def read_conll_predictions(path: Path) -> tuple[list[list[str]], list[list[str]]
 TINY_VOCAB = Path(__file__).parent / "fixtures" / "tiny_wordpiece_vocab.txt"
 
 
-def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16) -> Path:
-    """Save a random BertModel and a fast WordPiece tokenizer (vocabulary :data:`TINY_VOCAB`) into ``folder``."""
+#: Text that is not space-separated English: Chinese, Japanese, Arabic, Hebrew with direction marks,
+#: emoji (a zero-width-joiner family, a flag, a skin tone, a variation selector), decomposed accents,
+#: lone combining marks and invisible characters, Devanagari. :func:`unicode_tokens` covers its characters.
+UNICODE_LINES = [
+    "我爱北京天安门。居里夫人住在巴黎。",
+    "東京に住んでいます。",
+    "مرحبا بالعالم، ماري كوري عاشت في باريس.",
+    "\u200fשלום עולם\u200f, מארי קירי גרה בפריז.",
+    "👨\u200d👩\u200d👧 family 🇫🇷 flag 👍🏽 ok ❤\ufe0f love",
+    "Le cafe\u0301 de Marie Curie, cre\u0300me-brûlée nai\u0308ve a \u0301 b \u200d c \u200b d",
+    "नमस्ते दुनिया",
+]
+
+
+def unicode_tokens() -> list[str]:
+    """Every character of :data:`UNICODE_LINES` as BERT's normaliser leaves it (lowercase, no accents),
+    alone and as a continuation (``##x``): the words of those lines are then sub-words, not [UNK]."""
+    from tokenizers import normalizers
+
+    normalize = normalizers.BertNormalizer(lowercase=True).normalize_str
+    chars = sorted({c for line in UNICODE_LINES for c in normalize(line) if not c.isspace()})
+    return [token for c in chars for token in (c, f"##{c}")]
+
+
+def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16, extra_tokens: Sequence[str] = ()) -> Path:
+    """Save a random BertModel and a fast WordPiece tokenizer (vocabulary :data:`TINY_VOCAB`, then those of
+    ``extra_tokens`` it lacks) into ``folder``."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate(TINY_VOCAB.read_text(encoding="utf-8").splitlines())}
+    for token in extra_tokens:
+        vocab.setdefault(token, len(vocab))
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -123,6 +150,12 @@ def count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="session")
+def unicode_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT with the characters of :data:`UNICODE_LINES` in its vocabulary."""
+    return build_tiny_bert(tmp_path_factory.mktemp("unicode_bert"), extra_tokens=unicode_tokens())
 
 
 @pytest.fixture(scope="session")

@@ -46,8 +46,9 @@ named entities (task=ner): {"text"} raw text, or {"tokens": [...]} words split b
   echo '{"text": "Marie Curie lived in Paris."}' | sesame-predict outputs/ner/<run>
   -> {"entities": [{"type": "person", "text": "Marie Curie", "char_start": 0, "char_end": 11, "score": 0.9}],
       "tokens": ["Marie", "Curie", "lived", "in", "Paris", "."], "tags": ["B-person", "I-person", "O", ...]}
-  Raw text is split into words and punctuation (a word: letters/digits/_, also across an inner - or ');
-  give "tokens" to split it as the training data was.
+  Raw text is split into words and punctuation (a word: letters/digits/_, also across an inner - or '),
+  then where the model's tokenizer splits (BERT's: each CJK character); give "tokens" to split it as
+  the training data was.
 
 --set KEY=VALUE changes a decoding or data setting of the trained model (head.*, data.*, encoder.*;
 not those its weights depend on), e.g. --set head.max_answer_length=50 --set data.doc_stride=64.

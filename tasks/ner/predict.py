@@ -1,13 +1,30 @@
 """Named entities (any BIO tagging) of raw text or pre-split words (``task=ner``).
 
 Input, one per line: ``{"text": "Marie Curie lived in Paris."}`` or ``{"tokens": ["Marie", "Curie", ...]}``
-(optional ``"id"``). Raw text is split into words by :data:`WORD_PATTERN`: a word is a run of
-letters, digits and underscores, which may continue over a hyphen or apostrophe followed by more of
-them (``state-of-the-art``, ``O'Neil``, ``don't``); every other non-space character (punctuation,
-symbols, emoji) is a word of its own; whitespace separates words and is never part of one. Models
-trained on differently split text (e.g. ``n't`` as its own token, ``@user`` as one) do best with
-``"tokens"`` split the way their training data was. The words are then tokenised exactly as in
-training (``tasks/ner/windows.py``: sub-words, windows of whole words for long inputs).
+(optional ``"id"``). Raw text is split into words in two steps (:func:`split_words`):
+
+1. :data:`WORD_PATTERN`: a word is a run of letters, digits and underscores, which may continue over a
+   hyphen or apostrophe followed by more of them (``state-of-the-art``, ``O'Neil``, ``don't``); every
+   other visible non-space character (punctuation, symbols, emoji) is a word of its own; white space
+   separates words and is never part of one. Words are made of whole grapheme clusters
+   (``tasks/graphemes.py``): a letter keeps its combining accents (``cafe\u0301``), an emoji its
+   variation selector, skin tone or zero-width-joined partners (``👨\u200d👩\u200d👧``), a flag both its
+   regional indicators. Invisible characters (zero-width joiner and space, direction marks, other
+   format and control characters) and combining marks with no letter before them are never words.
+2. The model's tokenizer (:func:`~sesame.tasks.encoder_families.pre_token_spans`: its normaliser and
+   pre-tokeniser) splits those words further where it cuts between two letters or digits, not both
+   ASCII: BERT-family tokenizers put each CJK character apart (``北京`` -> ``北``, ``京``), as their
+   pre-training did; plain ASCII words (``COVID19``, ``foo_bar``) and the hyphen/apostrophe joins of
+   step 1 stay whole whatever the tokenizer. A tokenizer that does not cut inside such words
+   (SentencePiece's, which splits at white space only) leaves a Chinese or Japanese clause one word:
+   give ``"tokens"`` split as the training data was.
+
+Models trained on differently split text (e.g. ``n't`` as its own token, ``@user`` as one) do best
+with ``"tokens"`` split the way their training data was. The words are then tokenised exactly as in
+training (``tasks/ner/windows.py``: sub-words, windows of whole words for long inputs). A ``"text"``
+that is empty or only white space, an empty ``"tokens"`` list and a word of ``"tokens"`` that is
+empty or only white space are errors naming the input line and the field; a text whose characters
+are all invisible (step 1) has no words and gets empty ``tokens``, ``tags`` and ``entities``.
 
 Output::
 
@@ -25,30 +42,62 @@ Viterbi; the CRF's own marginals are not computed).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import regex
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from sesame.heads.masking import IGNORE_INDEX
 from sesame.tasks.encoder import ENCODER_INPUT_KEYS
+from sesame.tasks.encoder_families import pre_token_spans
 from sesame.tasks.errors import DataError
+from sesame.tasks.graphemes import cluster_bounds
 from sesame.tasks.ner.metrics import get_entities
 from sesame.tasks.ner.windows import WindowTokenizer, stitch_words, tagging_collator
 from sesame.tasks.predictor import ModelRunner, Predictor, finite, string_field
 
-#: How raw text is split into words (see the module docstring); each match is one word.
-WORD_PATTERN = re.compile(r"\w+(?:['\u2019-]\w+)*|[^\w\s]")
+#: One grapheme cluster (``\X``) that begins with a letter, digit or underscore (not with a lone mark or
+#: an invisible joiner, which ``\w`` also matches).
+_WORD_CLUSTER = r"(?=\w)(?![\p{M}\p{Cf}])\X"
+#: How raw text is split into words (step 1 of the module docstring); each match is one word: word
+#: clusters joined over a hyphen or apostrophe, or one visible cluster of anything else.
+WORD_PATTERN = regex.compile(
+    rf"(?:{_WORD_CLUSTER})+(?:['\u2019-](?:{_WORD_CLUSTER})+)*" + r"|(?=[^\w\s\p{Cc}\p{Cf}])\X"
+)
 
 
-def split_words(text: str) -> tuple[list[str], np.ndarray]:
-    """The words of ``text`` (:data:`WORD_PATTERN`) and their char offsets [W, 2] (start, end)."""
-    matches = list(WORD_PATTERN.finditer(text))
-    offsets = np.asarray([m.span() for m in matches], dtype=np.int64).reshape(-1, 2)
-    return [m.group() for m in matches], offsets
+def split_words(text: str, tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[list[str], np.ndarray]:
+    """The words of ``text`` and their char offsets [W, 2] (start, end): :data:`WORD_PATTERN`'s words,
+    split further where ``tokenizer`` (when given) cuts between two letters or digits, not both ASCII
+    (the module docstring). Offsets are on grapheme cluster boundaries."""
+    spans = np.asarray([m.span() for m in WORD_PATTERN.finditer(text)], dtype=np.int64).reshape(-1, 2)
+    if tokenizer is not None and len(spans):
+        cuts = _tokenizer_cuts(text, spans, tokenizer)
+        # Cuts fall strictly inside words: the sorted starts and ends pair up into the pieces.
+        spans = np.stack([np.sort(np.concatenate([spans[:, 0], cuts])), np.sort(np.concatenate([spans[:, 1], cuts]))], 1)
+    return [text[s:e] for s, e in spans.tolist()], spans
+
+
+def _tokenizer_cuts(text: str, spans: np.ndarray, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
+    """The ends of ``tokenizer``'s pre-tokens that fall inside a word of ``spans``, on a cluster boundary,
+    between two letters or digits (of the clusters either side) not both ASCII."""
+    bounds = cluster_bounds(text)
+    cuts = np.unique(pre_token_spans(tokenizer, text))
+    word = (np.searchsorted(spans[:, 0], cuts, side="right") - 1).clip(0)
+    cuts = cuts[(cuts > spans[word, 0]) & (cuts < spans[word, 1]) & np.isin(cuts, bounds)]
+    before = bounds[np.searchsorted(bounds, cuts) - 1]  # where the cluster before each cut begins
+    keep = [_cuttable(text[b], text[c]) for b, c in zip(before.tolist(), cuts.tolist())]
+    return cuts[np.asarray(keep, dtype=bool)]
+
+
+def _cuttable(left: str, right: str) -> bool:
+    # Not between two ASCII characters: plain English words stay as step 1 made them (byte-level BPE
+    # pre-tokenisers split ``COVID19``, BERT's ``foo_bar``; NER training data has them whole).
+    return left.isalnum() and right.isalnum() and not (left.isascii() and right.isascii())
 
 
 def joined_offsets(words: Sequence[str]) -> tuple[str, np.ndarray]:
@@ -85,17 +134,23 @@ class TaggingPredictor(Predictor):
             raise DataError(f"{where}: both 'text' and 'tokens'. Fix: {fix}, not both")
         if "tokens" not in record:
             text = string_field(record, "text", where, fix)
-            words, offsets = split_words(text)
+            words, offsets = split_words(text, self.tokenizer)
             return Sentence(text, words, offsets)
         words = record["tokens"]
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise DataError(f"{where}: 'tokens' must be a list of strings, got {str(words)[:60]}. Fix: {fix}")
+        if not words:
+            raise DataError(f"{where}: 'tokens' is empty. Fix: {fix}")
+        blank = next((i for i, w in enumerate(words) if not w.strip()), None)
+        if blank is not None:
+            raise DataError(f"{where}: 'tokens' word {blank + 1} ({words[blank]!r}) is empty or only white space. "
+                            "Fix: leave it out (white space is no word)")
         text, offsets = joined_offsets(words)
         return Sentence(text, list(words), offsets)
 
     def predict_prepared(self, items: Sequence[Sentence]) -> list[dict[str, Any]]:
         outputs = [{"entities": [], "tokens": [], "tags": []} for _ in items]
-        todo = [i for i, item in enumerate(items) if item.words]  # an empty text has no words to tag
+        todo = [i for i, item in enumerate(items) if item.words]  # a text of invisible characters has no words
         if not todo:
             return outputs
         enc = self.windows({"tokens": [items[i].words for i in todo], "example_index": list(range(len(todo)))})

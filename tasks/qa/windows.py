@@ -9,7 +9,9 @@ else (XLNet, whose <cls> ends the input; T5, which has none) the question's firs
 is never a context token, since the question comes first, so labels (0 = no answer), the v2 head
 (which leaves position 0 unmasked) and decoding (null score = start[0] + end[0]) all agree.
 Offsets are trimmed of white space (DeBERTa-v2/v3's tokenizer counts the space before a word into
-its span), so answers never start or end with one.
+its span), so answers never start or end with one, and widened to whole grapheme clusters
+(``tasks/graphemes.py``): a tokenizer that strips accents ends ``cafe\u0301``'s token before its
+combining accent, and an answer ending there would lose it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from transformers import PreTrainedTokenizerBase
 from sesame.tasks.batching import PaddingCollator
 from sesame.tasks.encoder_families import offsets_include_spaces, trim_space_offsets
 from sesame.tasks.errors import ConfigError
+from sesame.tasks.graphemes import cluster_bounds, whole_clusters
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,7 @@ def encode_windows(
     trim = offsets_include_spaces(tokenizer)
     for lo in range(0, len(examples), chunk_size):
         chunk = examples[lo : lo + chunk_size]
+        bounds: dict[str, np.ndarray] = {}  # cluster boundaries per context (questions share contexts)
         enc = tokenizer(
             [q.lstrip() for q in chunk["question"]],  # some SQuAD questions start with long whitespace
             chunk["context"],
@@ -127,8 +131,13 @@ def encode_windows(
             if ctx[0]:  # the null pointer (position 0) must not be a context token
                 raise ConfigError("SQuAD windows need the question first: this tokenizer puts the context at position 0")
             offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int64).reshape(-1, 2)
+            context = chunk["context"][sample]
             if trim:
-                offsets = trim_space_offsets(offsets, ctx, chunk["context"][sample])
+                offsets = trim_space_offsets(offsets, ctx, context)
+            if not context.isascii():  # in ASCII text every character is a cluster
+                if context not in bounds:
+                    bounds[context] = cluster_bounds(context)
+                offsets[ctx] = whole_clusters(offsets[ctx], bounds[context])
             if train:
                 answers = chunk["answers"][sample]
                 if answers["text"]:

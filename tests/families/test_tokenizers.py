@@ -3,6 +3,8 @@ pre-split words (NER) are encoded as in running text, and pairs keep their segme
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,24 @@ def test_tokenizers_pad_on_the_right_and_give_segments_their_template_assigns(na
     assert tokenizer.padding_side == "right"
     enc = tokenizer("a b", "c", return_token_type_ids=True)
     assert ("token_type_ids" in tokenizer("a b", "c")) == any(t != 0 for t in enc["token_type_ids"])
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_raw_text_words_are_whole_clusters_and_english_words_stay_whole(name, family_dir):
+    """NER's raw-text words with each family's pre-tokeniser (byte-level BPE, SentencePiece, WordPiece):
+    pre-token spans in the text's own coordinates, no word ends inside a grapheme cluster or is only
+    invisible characters, and ASCII text is split as without a tokenizer."""
+    from sesame.tasks.encoder_families import pre_token_spans
+    from sesame.tasks.graphemes import cluster_bounds
+    from sesame.tasks.ner.predict import split_words
+    from tests.conftest import UNICODE_LINES
+
+    tokenizer = load_tokenizer(str(family_dir(name)))
+    for text in UNICODE_LINES:
+        spans = pre_token_spans(tokenizer, text)
+        assert len(spans) and (spans[:, 0] <= spans[:, 1]).all() and spans.min() >= 0 and spans.max() <= len(text)
+        words, offsets = split_words(text, tokenizer)
+        assert words == [text[s:e] for s, e in offsets.tolist()] and np.isin(offsets, cluster_bounds(text)).all()
+        assert all(any(unicodedata.category(c)[0] not in "MCZ" for c in w) for w in words), words  # a visible base
+    english = "Marie Curie's state-of-the-art lab (COVID19, foo_bar) didn't close."
+    assert split_words(english, tokenizer)[0] == split_words(english)[0]

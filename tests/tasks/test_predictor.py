@@ -59,14 +59,20 @@ def _stsb_file(folder: Path) -> Path:
     return path
 
 
-def trained_run(name: str, make_cfg: Callable, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run folder of the tiny model ``name`` of :data:`RUNS`, trained on first use in this session."""
-    if name not in _TRAINED:
+def trained_run(name: str, make_cfg: Callable, tmp_path_factory: pytest.TempPathFactory, encoder: Path | None = None) -> Path:
+    """The run folder of the tiny model ``name`` of :data:`RUNS`, trained on first use in this session
+    (on the tiny encoder in the folder ``encoder`` instead of the default one when given)."""
+    key = name if encoder is None else f"{name}@{encoder}"
+    if key not in _TRAINED:
         folder = tmp_path_factory.mktemp(f"predict_{name}")
         overrides = [o.replace("{stsb}", str(_stsb_file(folder))) if "{stsb}" in o else o for o in RUNS[name]]
-        train(make_cfg(*overrides), folder / "run")
-        _TRAINED[name] = folder / "run"
-    return _TRAINED[name]
+        if encoder is None:
+            cfg = make_cfg(*overrides)
+        else:
+            cfg = make_cfg(*overrides, f"encoder.name_or_path={encoder}", tiny=False)
+        train(cfg, folder / "run")
+        _TRAINED[key] = folder / "run"
+    return _TRAINED[key]
 
 
 def run_overrides(name: str) -> list[str]:

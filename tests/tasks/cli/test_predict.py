@@ -88,6 +88,21 @@ def test_a_bad_line_exits_2_naming_it_and_writes_no_file(qa_run, tmp_path, capsy
     assert f"{source}: not UTF-8 text" in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def ner_run(make_cfg, tmp_path_factory) -> Path:
+    return trained_run("ner", make_cfg, tmp_path_factory)
+
+
+def test_an_empty_ner_input_exits_2_naming_the_line_and_the_field(ner_run, tmp_path, capsys):
+    source = tmp_path / "in.jsonl"
+    for line, message in (('{"tokens": []}', "'tokens' is empty"), ('{"text": " "}', "'text' is empty or only white space"),
+                          ('{"tokens": ["a", ""]}', "'tokens' word 2 ('') is empty")):
+        source.write_text('{"text": "Marie Curie lived in Paris."}\n' + line + "\n", encoding="utf-8")
+        assert _exit_code(ner_run, source) == 2
+        err = capsys.readouterr().err
+        assert f"error: {source}, line 2: {message}" in err and "Traceback" not in err
+
+
 def test_usage_errors_are_one_line(sst2_run, tmp_path, capsys):
     assert _exit_code(sst2_run, tmp_path / "missing.jsonl") == 2
     assert "missing.jsonl" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """QuestionAnsweringPredictor: the answers and n-best lists evaluation wrote (v1, and v2 with null
-answers against sesame-eval), char offsets into the context, contexts of many windows."""
+answers against sesame-eval), char offsets into the context, contexts of many windows, answers of
+whole grapheme clusters in CJK, RTL, emoji and combining-mark text."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from omegaconf import OmegaConf
 
 from sesame.tasks.errors import DataError
 from sesame.tasks.evaluation import evaluate
+from sesame.tasks.graphemes import cluster_bounds
 from sesame.tasks.predictor import Predictor, runner_for
 from sesame.tasks.qa.readers import read_squad
 from sesame.tasks.qa.windows import encode_windows
+from tests.conftest import UNICODE_LINES
 from tests.tasks.qa.conftest import CTX
 from tests.tasks.test_predictor import run_overrides, trained_run
 
@@ -117,3 +120,16 @@ def test_bad_questions_name_the_line_and_the_field(v1_runner):
         predictor([{"question": "who?", "context": "  "}])
     with pytest.raises(DataError, match=r"question 'record 1' has \d+ tokens.*--set data.max_seq_length"):
         predictor.predict_numbered([("record 1", {"question": "why " * 90, "context": CTX})]).__next__()
+
+
+def test_answers_in_unicode_contexts_are_whole_grapheme_clusters(make_cfg, tmp_path_factory, unicode_bert_dir):
+    run = trained_run("squad_v1", make_cfg, tmp_path_factory, encoder=unicode_bert_dir)
+    questions = [{"question": "Where did Marie Curie live?", "context": line} for line in UNICODE_LINES]
+    outputs = Predictor.from_run(run, n_best=20)(questions)
+    for q, out in zip(questions, outputs):
+        context, bounds = q["context"], cluster_bounds(q["context"])
+        assert context[out["char_start"]:out["char_end"]] == out["answer"]
+        assert len(out["nbest"]) > 1
+        for entry in out["nbest"]:  # no span starts or ends inside a cluster (cafe\u0301 is never cafe)
+            assert entry["char_start"] in bounds and entry["char_end"] in bounds, entry
+            assert context[entry["char_start"]:entry["char_end"]] == entry["text"] and entry["text"].strip()

@@ -117,3 +117,31 @@ def test_left_padding_tokenizer_is_a_config_error(write_json, tokenizer):
             encode_windows(ds, tokenizer, max_seq_length=64, doc_stride=16, train=False)
     finally:
         tokenizer.padding_side = "right"
+
+
+def test_context_offsets_hold_whole_grapheme_clusters(tokenizer):
+    import datasets
+
+    from sesame.tasks.graphemes import cluster_bounds
+    from sesame.tasks.qa.predictions import decode_predictions
+    from tests.conftest import UNICODE_LINES
+
+    # MiniLM's normaliser strips the accent of "cafe\u0301" and the selector of "❤\ufe0f": their tokens
+    # ("cafe", "❤") end one character early unless widened.
+    context = " ".join(UNICODE_LINES)
+    start = context.index("cafe\u0301")
+    ds = datasets.Dataset.from_dict({"id": ["q"], "question": ["Where?"], "context": [context],
+                                     "answers": [{"text": ["cafe\u0301"], "answer_start": [start]}]})
+    (window,) = encode_windows(ds, tokenizer, max_seq_length=256, doc_stride=32, train=False)
+    offsets = window["offsets"][window["context_mask"]]
+    assert np.isin(offsets, cluster_bounds(context)).all()
+    assert [context[s:e] for s, e in offsets if context[s] in "c❤"][:2] == ["❤\ufe0f", "cafe\u0301"]
+    # The answer's text keeps its accent; the training label is the one token.
+    token = int(np.flatnonzero(window["offsets"][:, 0] == start)[0])
+    logits = torch.full((1, len(window["input_ids"])), -5.0)
+    logits[0, token] = 5.0
+    offsets = torch.from_numpy(window["offsets"]).unsqueeze(0)
+    answer = decode_predictions(logits, logits.clone(), offsets, [0], [context], ["q"])["q"]
+    assert (answer.text, answer.nbest[0]["char_start"], answer.nbest[0]["char_end"]) == ("cafe\u0301", start, start + 5)
+    (train,) = encode_windows(ds, tokenizer, max_seq_length=256, doc_stride=32, train=True)
+    assert train["start_positions"] == train["end_positions"] == token
