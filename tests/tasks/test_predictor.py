@@ -156,7 +156,7 @@ def test_bad_lines_name_the_input_the_line_the_field_and_the_fix(sst2_runner):
     assert error('["a list"]').startswith("in.jsonl, line 1: expected a JSON object, got list")
     assert "'text' must be a string, got int" in error('{"text": 3}')
     # One rule for every task (tasks/predictor.py string_field): a required field that is empty or blank is refused.
-    assert error('{"text": "fine"}', '{"text": ""}') == "in.jsonl, line 2: 'text' is empty. Fix: give each input as {\"text\": \"a gripping film\"}"
+    assert error('{"text": "fine"}', '{"text": ""}') == "in.jsonl, line 2: 'text' is empty or only white space. Fix: give each input as {\"text\": \"a gripping film\"}"
     assert error('{"text": " \\t\\n"}').startswith("in.jsonl, line 1: 'text' is empty")
     with pytest.raises(DataError, match="input record 2: no 'text' field"):
         predictor([{"text": "ok"}, {"sentence": "wrong key"}])

@@ -51,7 +51,7 @@ def test_stsb_pair_scores_equal_the_evaluation_file(stsb_run):
     # The pair is the model's second segment: dropping it changes the input, so it is required.
     with pytest.raises(DataError, match=r"record 1: no 'text_pair' field\. Fix: .*\"text_pair\""):
         Predictor.from_run(stsb_run)([{"text": "a man is running"}])
-    with pytest.raises(DataError, match=r"record 1: 'text_pair' is empty\. Fix: .*\"text_pair\""):
+    with pytest.raises(DataError, match=r"record 1: 'text_pair' is empty or only white space\. Fix: .*\"text_pair\""):
         Predictor.from_run(stsb_run)([{"text": "a man is running", "text_pair": " "}])
 
 
