@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import torch
 from sesame.tasks.checkpoints import resolve_resume
 from sesame.tasks.errors import MissingFileError
 from sesame.tasks.runner import train
+from tests.tasks.scripted_run import SCRIPTED_RUN  # a run that kills itself where $KILL says
 
 # 48 examples in batches of 8: 6 steps an epoch, 2 epochs, a periodic checkpoint every 2 steps.
 OVERRIDES = [
@@ -20,35 +20,6 @@ OVERRIDES = [
     "trainer.max_epochs=2", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null",
     "checkpoint.every_n_train_steps=2",
 ]
-
-KILLED_RUN = textwrap.dedent(
-    """
-    import os, signal, sys
-    import lightning as L
-    from hydra import compose, initialize_config_module
-    from sesame.tasks import runner
-    from sesame.tasks.resolvers import register_resolvers
-
-    where, step, sig = os.environ["KILL"].split(":")
-
-    class Kill(L.Callback):
-        def _kill(self, trainer, at):
-            if at == where and trainer.global_step == int(step) and not trainer.sanity_checking:
-                os.kill(os.getpid(), getattr(signal, sig))
-        def on_train_batch_end(self, trainer, *args):
-            self._kill(trainer, "train")
-        def on_validation_batch_end(self, trainer, *args):
-            self._kill(trainer, "validation")
-
-    build = runner.build_trainer
-    runner.build_trainer = lambda cfg, run_dir, monitor, extra=None, **kw: build(cfg, run_dir, monitor, [*(extra or []), Kill()], **kw)
-    register_resolvers()
-    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=sys.argv[2:])
-    runner.train(cfg, sys.argv[1])
-    """
-)
-
 
 @pytest.fixture(scope="module")
 def straight(make_cfg, tmp_path_factory):
@@ -69,7 +40,7 @@ KILLS = [
 def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir, tmp_path, straight, kill):
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *OVERRIDES],
+    killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *OVERRIDES],
                             env={**os.environ, "KILL": kill}, capture_output=True, text=True)
     assert killed.returncode == (-9 if kill.endswith("SIGKILL") else 1), killed.stderr[-2000:]
     assert not (run / "metrics.json").exists()
@@ -87,7 +58,7 @@ def test_a_top_k_run_resumes_exactly_from_checkpoints_without_its_frozen_weights
     metrics = train(make_cfg(*overrides), tmp_path / "straight")
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *overrides],
+    killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *overrides],
                             env={**os.environ, "KILL": "train:3:SIGKILL"}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "sesame_frozen_encoder" in torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
@@ -113,3 +84,4 @@ def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
         resolve_resume(True, tmp_path)
     (tmp_path / "config.yaml").write_text("seed: 1\n")  # a run started here and died before a checkpoint
     assert resolve_resume(True, tmp_path) is None
+
