@@ -85,3 +85,28 @@ def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
     (tmp_path / "config.yaml").write_text("seed: 1\n")  # a run started here and died before a checkpoint
     assert resolve_resume(True, tmp_path) is None
 
+
+def test_two_ddp_processes_killed_mid_epoch_resume_exactly(tiny_bert_dir, tmp_path):
+    """2 gloo processes, 32 examples in global batches of 2 x 4: 4 steps an epoch, 2 epochs, dropout on
+    (each rank's RNG stream is its own). Both ranks die after step 3; last.ckpt is step 2's, so the
+    resumed ranks skip 2 global batches (16 examples), not 2 of their own."""
+    overrides = ["trainer=debug", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+                 f"encoder.name_or_path={tiny_bert_dir}", "finetune=full", "seed=11", "data.max_train_examples=32",
+                 "data.max_eval_examples=16", "data.batch_size=4", "trainer.max_epochs=2",
+                 "trainer.limit_train_batches=null", "trainer.limit_val_batches=null", "checkpoint.every_n_train_steps=1",
+                 "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
+
+    def run(folder, *extra, kill=None):
+        env = {**os.environ, **({"KILL": kill} if kill else {})}
+        return subprocess.run([sys.executable, SCRIPTED_RUN, str(folder), *overrides, *extra], env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    straight = run(tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    killed = run(tmp_path / "killed", kill="train:3:SIGKILL")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert torch.load(tmp_path / "killed" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    resumed = run(tmp_path / "killed", "resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in ("metrics.json", "val_SST-2.tsv"):
+        assert (tmp_path / "killed" / name).read_text() == (tmp_path / "straight" / name).read_text(), name
