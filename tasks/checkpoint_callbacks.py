@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from sesame.tasks.atomic_files import torch_save_atomic
 from sesame.tasks.checkpoint_files import load_checkpoint_file
+from sesame.tasks.distributed import gather_objects
 from sesame.tasks.errors import ConfigError, RunStopped
 from sesame.tasks.settings import Settings
 
@@ -108,17 +109,27 @@ class TrainingResumeCallback(Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         # Plain types and tensors only: Lightning loads checkpoints with weights_only=True.
         kind, keys, pos, has_gauss, cached = np.random.get_state()
-        checkpoint["sesame_rng"] = {
+        state = {
             "torch": torch.random.get_rng_state(),
             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
             "python": random.getstate(),
         }
+        # Every rank builds the checkpoint (rank 0 writes it). Under DDP the ranks' streams part ways
+        # (dropout over batches of other lengths draws other amounts): each rank's state is kept.
+        states = gather_objects(state)
+        checkpoint["sesame_rng"] = states[0]
+        if len(states) > 1:
+            checkpoint["sesame_rng_per_rank"] = states
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        self._rng_to_restore = checkpoint.get("sesame_rng")
+        per_rank = checkpoint.get("sesame_rng_per_rank")
+        same_ranks = per_rank is not None and len(per_rank) == trainer.world_size
+        self._rng_to_restore = per_rank[trainer.global_rank] if same_ranks else checkpoint.get("sesame_rng")
         progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
         # Batches whose training step ran: a checkpoint written in on_train_batch_end (the periodic
         # one) has processed that batch but not yet counted it completed; Lightning counts it done.
+        # Under DDP every rank ran as many batches, each its slice of one global batch: the sampler
+        # skips that many global batches (tasks/batching.py).
         done = int(progress.get("current", {}).get("processed", 0))
         datamodule = trainer.datamodule
         if datamodule is not None and done and not progress.get("is_last_batch", False):

@@ -98,11 +98,21 @@ class SplitDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         s = self.settings
+        batch_size = int(s.batch_size if train else s.eval_batch_size)
+        dataset = self.dataset(split)
+        # Under DDP sesame's samplers shard themselves (tasks/batching.py); no trainer yet (the
+        # feature cache's loaders): one process, every example.
+        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        if train and world_size > 1 and len(dataset) < batch_size * world_size:
+            raise ConfigError(
+                f"data.batch_size={batch_size} on {world_size} processes makes global batches of "
+                f"{batch_size * world_size}, more than the {len(dataset)} training examples (QA: windows): under DDP every rank "
+                f"trains on full batches only. Fix: lower data.batch_size (or trainer.devices / trainer.num_nodes)")
         return make_loader(
-            self.dataset(split), train=train, batch_size=int(s.batch_size if train else s.eval_batch_size),
-            collate_fn=self.collator, num_workers=int(s.num_workers),
+            dataset, train=train, batch_size=batch_size, collate_fn=self.collator, num_workers=int(s.num_workers),
             lengths=self.example_lengths(split) if not train or s.group_by_length else None, seed=self.seed,
             resume_at=self.resume_at, group_by_length=train and bool(s.group_by_length),
+            rank=rank, world_size=world_size,
         )
 
     def train_dataloader(self) -> DataLoader:

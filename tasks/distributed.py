@@ -1,4 +1,5 @@
-"""Evaluation rows across processes: every rank's rows to every rank, each example counted once."""
+"""Evaluation rows across processes: every rank's rows to every rank, each example counted once; a
+per-rank mean weighted as one process would weigh it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
 Rows = dict[str, np.ndarray]
@@ -26,6 +28,20 @@ def gather_objects(obj: Any) -> list[Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, obj)
     return gathered
+
+
+def share_of_total(count: torch.Tensor) -> torch.Tensor | float:
+    """``count * world_size / count summed over the ranks`` (1.0 in a single process).
+
+    A rank's loss that is a mean over its own ``count`` items (NER: labelled tokens), times this, is
+    its part of the mean over the whole global batch once DDP averages the ranks' gradients; without
+    it, ranks with fewer tokens would weigh each token more than one process with the global batch does.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return 1.0
+    total = count.detach().to(torch.int64).clone()  # integers: exact, and every backend reduces them
+    dist.all_reduce(total)
+    return count.float() * dist.get_world_size() / total.clamp(min=1).float()
 
 
 def concat_rows(parts: Sequence[Mapping[str, np.ndarray]], pad_values: Mapping[str, Any] | None = None) -> Rows:

@@ -73,6 +73,9 @@ def build_trainer(
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     stopping = kwargs.pop("early_stopping", None)  # a trainer block without one: off
     compile_encoder = bool(kwargs.pop("compile", False))
+    if "use_distributed_sampler" in kwargs:
+        raise ConfigError("trainer.use_distributed_sampler: sesame's samplers shard themselves across DDP ranks "
+                          "(tasks/batching.py), so Lightning's wrapper stays off. Fix: drop the setting")
     stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
     logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
     callbacks = [
@@ -90,6 +93,9 @@ def build_trainer(
         callbacks=callbacks,
         logger=build_loggers(logger, run_dir),
         plugins=[AtomicCheckpointIO()],
+        # DDP ranks take their slices of one global order (tasks/batching.py): Lightning's sampler
+        # wrapper would shuffle again and pad with repeats
+        use_distributed_sampler=False,
     )
 
 

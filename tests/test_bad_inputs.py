@@ -67,6 +67,7 @@ CASES = [
     ("zero-encoder-lr-full", None, None, ["finetune=full", "finetune.encoder_lr=0"], ["finetune.encoder_lr=0.0", "positive"]),
     ("zero-epochs", None, None, ["trainer.max_epochs=0"], ["trainer.max_epochs=0", "sesame-eval"]),
     ("zero-batch-size", None, None, ["data.batch_size=0"], ["data.batch_size=0"]),
+    ("lightning-sampler-wrapper", None, None, ["+trainer.use_distributed_sampler=true"], ["trainer.use_distributed_sampler", "shard themselves", "drop"]),
     ("glue-max-length-above-positions", None, None, ["data.max_seq_length=1000"], ["data.max_seq_length=1000", "512 positions"]),
     ("glue-task-name-typo", None, None, ["data.task_name=sst-2"], ["data.task_name='sst-2'", "not a GLUE task"]),
     ("unknown-setting", None, None, ["+finetune.lr=0.1"], ["finetune.lr", "unknown setting"]),

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sesame.heads.masking import IGNORE_INDEX
 from sesame.heads.tagger import TokenTaggerHead
-from sesame.tasks.distributed import Rows
+from sesame.tasks.distributed import Rows, share_of_total
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.encoder import Encoder
 from sesame.tasks.hf_weights import load_prefixed_weights
@@ -105,6 +105,8 @@ class NerModule(EncoderTaskModule):
         logits = self(batch)
         loss = self.distill(self._loss(logits, batch), logits, batch, mask=batch["word_index"] >= 0)
         self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        if self.head.crf is None:  # a mean over this rank's labelled tokens: under DDP, weighted by their share
+            loss = loss * share_of_total((batch["labels"] != IGNORE_INDEX).sum())
         return loss
 
     # Evaluation (the path is tasks/module.py's) ------------------------------------------------------

@@ -4,12 +4,19 @@ groups similar lengths, and resumes mid-epoch where it stopped."""
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
 import torch
 
-from sesame.tasks.batching import LengthGroupedShuffleSampler, PaddingCollator, ResumableShuffleSampler, make_loader
+from sesame.tasks.batching import (
+    LengthGroupedShuffleSampler,
+    LengthSortedSampler,
+    PaddingCollator,
+    ResumableShuffleSampler,
+    make_loader,
+)
 
 LENGTHS = np.random.default_rng(0).integers(5, 300, size=1003).tolist()
 
@@ -87,3 +94,65 @@ def test_a_run_with_group_by_length_trains_on_grouped_batches_and_counts_its_tok
         # SST-2 sentences range from 2 to 50+ tokens: a random batch of 8 spreads far wider
         assert (spread <= 4) == grouped
     assert counts[True]["padding_fraction"] < counts[False]["padding_fraction"]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("grouped", [False, True], ids=["shuffled", "grouped"])
+@pytest.mark.parametrize("done", [0, 7], ids=["whole_epoch", "resumed"])
+def test_ddp_ranks_take_slices_of_the_single_process_batches(world_size, grouped, done):
+    """Rank r's k-th batch is the r-th slice of one process's k-th batch of world_size x 4, from the
+    first batch or after a resume; the last partial global batch is one process's only."""
+    data = [{"input_ids": np.arange(n), "index": i} for i, n in enumerate(LENGTHS)]
+
+    def batches(rank, size, world):
+        loader = make_loader(data, train=True, batch_size=size, collate_fn=PaddingCollator({}), lengths=LENGTHS,
+                             seed=5, resume_at=(1, done), group_by_length=grouped, rank=rank, world_size=world)
+        assert loader.sampler.epoch == 1
+        return [b["index"].tolist() for b in loader]
+
+    single = batches(0, 4 * world_size, 1)
+    ranks = [batches(rank, 4, world_size) for rank in range(world_size)]
+    remaining = len(LENGTHS) - done * 4 * world_size
+    full, left_out = divmod(remaining, 4 * world_size)  # 1003 examples: 3, 7 and 11 left over
+    assert len(single) == full + 1 and len(single[-1]) == left_out
+    # one process keeps its last partial batch; under DDP every rank runs the full ones only, so no
+    # rank waits at a gradient sync another never reaches, and nothing is trained twice
+    assert all(len(r) == (full + 1 if world_size == 1 else full) for r in ranks)
+    assert [sum(parts, []) for parts in zip(*ranks)] == single[: len(ranks[0])]
+    assert sorted(sum(single, [])) == sorted(set(sum(single, [])))  # nothing twice
+
+
+def test_ddp_length_of_an_epoch_counts_full_global_batches_only():
+    assert len(ResumableShuffleSampler(1003, seed=1)) == 1003  # one process: every example, as before
+    assert len(ResumableShuffleSampler(1003, seed=1, batch_size=4, rank=1, world_size=3)) == 1003 // 12 * 4
+    assert len(list(ResumableShuffleSampler(1003, seed=1, batch_size=4, rank=1, world_size=3))) == 1003 // 12 * 4
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ddp_evaluation_ranks_cover_every_example_with_equal_counts(world_size):
+    lengths = LENGTHS[:41]
+    parts = [list(LengthSortedSampler(lengths, rank=r, world_size=world_size)) for r in range(world_size)]
+    assert len({len(p) for p in parts}) == 1  # as many batches on every rank
+    assert sorted(set(sum(parts, []))) == list(range(41))
+    assert len(sum(parts, [])) - 41 == -41 % world_size  # the padding repeats, scored once (gather_rows)
+    assert parts[0][0] == int(np.argmax(lengths))  # still longest first
+
+
+def test_ddp_with_fewer_training_examples_than_one_global_batch_is_refused(make_cfg):
+    from types import SimpleNamespace
+
+    from sesame.tasks.errors import ConfigError
+    from sesame.tasks.runner import build_datamodule
+
+    datamodule = build_datamodule(make_cfg("data.max_train_examples=12", "data.batch_size=8"))
+    datamodule.setup("fit")
+    datamodule.trainer = SimpleNamespace(global_rank=1, world_size=2)
+    with pytest.raises(ConfigError, match=r"data.batch_size=8 on 2 processes makes global batches of 16, more than the 12"):
+        datamodule.train_dataloader()
+
+
+def test_ddp_warns_about_the_examples_a_partial_global_batch_leaves_out(caplog):
+    with caplog.at_level(logging.WARNING, logger="sesame.tasks.batching"):
+        make_loader([{"x": i} for i in range(20)], train=True, batch_size=4, collate_fn=PaddingCollator({}),
+                    rank=0, world_size=2)
+    assert "4 of the 20 training examples fall in a last partial global batch" in caplog.text

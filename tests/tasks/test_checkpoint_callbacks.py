@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from sesame.tasks.checkpoints import resolve_resume
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.errors import MissingFileError
 from sesame.tasks.runner import train
+from tests.tasks.scripted_run import SCRIPTED_RUN  # a run that kills itself where $KILL says
 
 # 48 examples in batches of 8: 6 steps an epoch, 2 epochs, a periodic checkpoint every 2 steps.
 OVERRIDES = [
@@ -23,37 +23,6 @@ OVERRIDES = [
     "trainer.max_epochs=2", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null",
     "checkpoint.every_n_train_steps=2",
 ]
-
-KILLED_RUN = textwrap.dedent(
-    """
-    import os, signal, sys
-    import lightning as L
-    from hydra import compose, initialize_config_module
-    from sesame.tasks import runner
-    from sesame.tasks.cli.errors import user_errors_are_messages
-    from sesame.tasks.resolvers import register_resolvers
-
-    where, step, sig = os.environ["KILL"].split(":")
-
-    class Kill(L.Callback):
-        def _kill(self, trainer, at):
-            if at == where and trainer.global_step == int(step) and not trainer.sanity_checking:
-                os.kill(os.getpid(), getattr(signal, sig))
-        def on_train_batch_end(self, trainer, *args):
-            self._kill(trainer, "train")
-        def on_validation_batch_end(self, trainer, *args):
-            self._kill(trainer, "validation")
-
-    build = runner.build_trainer
-    runner.build_trainer = lambda cfg, run_dir, monitor, extra=None, **kw: build(cfg, run_dir, monitor, [*(extra or []), Kill()], **kw)
-    register_resolvers()
-    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=sys.argv[2:])
-    with user_errors_are_messages():
-        runner.train(cfg, sys.argv[1])
-    """
-)
-
 
 @pytest.fixture(scope="module")
 def straight(make_cfg, tmp_path_factory):
@@ -82,7 +51,7 @@ SIGTERM_SAVED_AT = {"train:3:SIGTERM": 3, "train:6:SIGTERM": 6, "validation:6:SI
 def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir, tmp_path, straight, kill):
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *OVERRIDES, *KILLED_ONLY.get(kill, [])],
+    killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *OVERRIDES, *KILLED_ONLY.get(kill, [])],
                             env={**os.environ, "KILL": kill}, capture_output=True, text=True)
     assert killed.returncode == EXIT_CODES[kill.split(":")[2]], killed.stderr[-2000:]
     assert not (run / "metrics.json").exists()
@@ -103,7 +72,7 @@ def test_a_top_k_run_resumes_exactly_from_checkpoints_without_its_frozen_weights
     metrics = train(make_cfg(*overrides), tmp_path / "straight")
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(run), *base, *overrides],
+    killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *overrides],
                             env={**os.environ, "KILL": "train:3:SIGKILL"}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "sesame_frozen_encoder" in torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -153,3 +122,29 @@ def test_a_full_disk_while_training_is_one_line_and_keeps_the_last_checkpoint(ma
     assert last.read_bytes() == kept["last"]
     assert torch.load(last, weights_only=False)["global_step"] == 1  # whole, loadable: resume=true starts from it
     assert [p.name for p in last.parent.iterdir()] == ["last.ckpt"]  # no temporary file left
+
+
+def test_two_ddp_processes_killed_mid_epoch_resume_exactly(tiny_bert_dir, tmp_path):
+    """2 gloo processes, 32 examples in global batches of 2 x 4: 4 steps an epoch, 2 epochs, dropout on
+    (each rank's RNG stream is its own). Both ranks die after step 3; last.ckpt is step 2's, so the
+    resumed ranks skip 2 global batches (16 examples), not 2 of their own."""
+    overrides = ["trainer=debug", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+                 f"encoder.name_or_path={tiny_bert_dir}", "finetune=full", "seed=11", "data.max_train_examples=32",
+                 "data.max_eval_examples=16", "data.batch_size=4", "trainer.max_epochs=2",
+                 "trainer.limit_train_batches=null", "trainer.limit_val_batches=null", "checkpoint.every_n_train_steps=1",
+                 "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
+
+    def run(folder, *extra, kill=None):
+        env = {**os.environ, **({"KILL": kill} if kill else {})}
+        return subprocess.run([sys.executable, SCRIPTED_RUN, str(folder), *overrides, *extra], env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    straight = run(tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    killed = run(tmp_path / "killed", kill="train:3:SIGKILL")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert torch.load(tmp_path / "killed" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    resumed = run(tmp_path / "killed", "resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in ("metrics.json", "val_SST-2.tsv"):
+        assert (tmp_path / "killed" / name).read_text() == (tmp_path / "straight" / name).read_text(), name
