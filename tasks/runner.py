@@ -110,12 +110,24 @@ def check_trainer_keys(kwargs: dict[str, Any]) -> None:
 
 
 class LastValidation(Callback):
-    """Remembers the last validation of ``fit``: when it ran, at which step, and what it logged."""
+    """Makes ``fit`` validate its final step, and remembers its last validation: when it ran, at which
+    step, and what it logged.
+
+    Lightning validates at an epoch's end (or every ``val_check_interval``), so a run that reaches
+    ``trainer.max_steps`` between two validations would end on weights nobody validated: no best.ckpt
+    at all when that is before the first one, or a best.ckpt chosen without its final weights. Asking
+    the trainer to stop at that step makes Lightning validate there (as it does for early stopping),
+    and the checkpoint callback then picks best.ckpt among all validations, the final one included.
+    """
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.step: int | None = None
         self.metrics: dict[str, Any] = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True  # the final step: Lightning validates before it stops
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.started = time.time()
@@ -250,13 +262,15 @@ def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskMod
         warnings.filterwarnings("ignore", message=".*dataloader is not resumable")
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
 
-    metrics: dict[str, float] = {}
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    eval_ckpt = best if best and Path(best).is_file() else None
+    metrics: dict[str, Any] = {}
+    eval_ckpt = best_checkpoint(trainer)
+    last = next(c for c in trainer.callbacks if isinstance(c, LastValidation))
+    if has_validation and last.step != trainer.global_step:
+        log.warning("the final weights (step %d) were never validated (trainer.check_val_every_n_epoch?): "
+                    "checkpoints/best.ckpt is the best of the validated steps", trainer.global_step)
     if has_validation:
         # A run whose best checkpoint is its final state (one epoch, or improving to the end) was
         # just validated on exactly these weights: its metrics and prediction files stand.
-        last = next(c for c in trainer.callbacks if isinstance(c, LastValidation))
         final = last.metrics_if_final_is_best(trainer, eval_ckpt)
         if final is None:
             final = flat_metrics(trainer.validate(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False))
@@ -270,11 +284,24 @@ def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskMod
     return metrics
 
 
-def calibrate_best(module: EncoderTaskModule, best: str | None) -> dict[str, float]:
+def best_checkpoint(trainer: L.Trainer) -> str:
+    """``checkpoints/best.ckpt`` after ``fit``: the checkpoint callback's, or (a run that never validated,
+    e.g. ``trainer.check_val_every_n_epoch`` beyond its epochs) the final weights saved there now, so
+    every run leaves the best.ckpt that evaluation, prediction and export read."""
+    callback = trainer.checkpoint_callback
+    best = callback.best_model_path if callback else ""
+    if best and Path(best).is_file():
+        return best
+    path = str(Path(trainer.default_root_dir) / "checkpoints" / "best.ckpt")
+    trainer.save_checkpoint(path, weights_only=True)  # every rank calls it; rank 0 writes
+    return path
+
+
+def calibrate_best(module: EncoderTaskModule, best: str) -> dict[str, Any]:
     """``calibrate=true``: fit the module's temperature on the dev logits of its last validation (the
     best checkpoint's) and write it into ``best.ckpt``, which evaluation, prediction and export read."""
     result = module.calibrate()
-    if best and is_main_process():
+    if is_main_process():
         checkpoint = load_checkpoint_file(best)
         checkpoint["state_dict"]["calibration.temperature"] = module.calibration.temperature.detach().clone()
         torch_save_atomic(checkpoint, best)
