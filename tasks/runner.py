@@ -277,6 +277,7 @@ def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskMod
         else:
             log.info("best checkpoint = final weights, validated at step %d: not validating again", last.step)
         metrics.update(final)
+    metrics.update(training_extent(trainer, eval_ckpt))
     if cfg.get("calibrate"):
         metrics.update(calibrate_best(module, eval_ckpt))
     if datamodule.has_split("test"):
@@ -295,6 +296,16 @@ def best_checkpoint(trainer: L.Trainer) -> str:
     path = str(Path(trainer.default_root_dir) / "checkpoints" / "best.ckpt")
     trainer.save_checkpoint(path, weights_only=True)  # every rank calls it; rank 0 writes
     return path
+
+
+def training_extent(trainer: L.Trainer, best: str) -> dict[str, int | None]:
+    """How far the run trained, for ``metrics.json`` and the model card: ``train_steps`` (optimiser steps
+    run), ``train_steps_per_epoch`` (None where the loader has no length) and ``best_step`` (the step of
+    best.ckpt's weights, which the val / test metrics describe)."""
+    batches = trainer.num_training_batches
+    per_epoch = math.ceil(batches / trainer.accumulate_grad_batches) if math.isfinite(batches) else None
+    return {"train_steps": int(trainer.global_step), "train_steps_per_epoch": per_epoch,
+            "best_step": int(load_checkpoint_file(best).get("global_step", -1))}
 
 
 def calibrate_best(module: EncoderTaskModule, best: str) -> dict[str, Any]:
