@@ -178,14 +178,15 @@ def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, dat
     log.info("frozen features from %s", module.feature_cache.folder)
 
 
-def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path) -> None:
+def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path, shared: Path | None = None) -> None:
     """``<run>/encoder/``: the encoder's config and tokenizer, and the weights the run never trains
-    (which its checkpoints then leave out; ``tasks/encoder_store.py``). Written once per run folder."""
+    (which its checkpoints then leave out; ``tasks/encoder_store.py``), hard-linked from the sweep's
+    store ``shared`` when given. Written once per run folder."""
     folder = run_dir / ENCODER_FOLDER
     with_weights = bool(module.stored_once_keys())
     if (folder / "config.json").is_file() and (has_weights(folder) or not with_weights):
         return  # a resumed run: written when it started
-    save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights)
+    save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights, shared=shared)
 
 
 def check_trains(trainer: DictConfig) -> None:
@@ -206,8 +207,11 @@ def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> li
 
 
 @holds_run_folder
-def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
-    """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
+def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -> dict[str, float]:
+    """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``.
+
+    ``shared_encoders``: a sweep's store of frozen encoder weights (``<sweep>/.encoders``), which the
+    run's ``encoder/`` then hard-links instead of holding its own copy."""
     # Every block this command reads is checked before any data is read or weights are loaded.
     cache = CacheSettings.from_config(cfg.cache)
     periodic = CheckpointSettings.from_config(cfg.checkpoint)
@@ -239,7 +243,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
     if is_main_process():
-        save_run_encoder(module, datamodule.tokenizer, run_dir)
+        save_run_encoder(module, datamodule.tokenizer, run_dir, shared_encoders)
     attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks = attach_distiller(distill, module)
     has_validation = datamodule.has_split("validation")
