@@ -133,3 +133,15 @@ def test_a_run_ending_between_validations_validates_its_final_step_and_saves_bes
     assert metrics["val_accuracy"] == pytest.approx(max_steps / 100)
     scored = evaluate(make_cfg(f"++model={run}"), tmp_path / "eval")
     assert metrics["val_loss"] == pytest.approx(scored["val_loss"], abs=1e-6)
+
+
+def test_a_run_whose_final_step_is_never_validated_says_so_and_still_saves_best(make_cfg, tmp_path, caplog):
+    import logging
+
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING):  # 1 epoch, validation every 2nd: fit never validates
+        metrics = train(make_cfg("+trainer.check_val_every_n_epoch=2"), run)
+    assert any("were never validated" in r.getMessage() for r in caplog.records)
+    assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] == 4 == metrics["best_step"]
+    assert "optimizer_states" not in torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
+    assert "val_accuracy" in metrics  # the final weights, validated after fit
