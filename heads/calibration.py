@@ -61,3 +61,29 @@ class TemperatureScaling(nn.Module):
             optimizer.step(closure)
         self.temperature.fill_(float(log_t.detach().exp()))
         return float(self.temperature)
+
+
+#: Temperatures outside this range say the fit found nothing to calibrate (a model at chance, a dev set
+#: it predicts perfectly or of one class): ``T`` runs off towards 0 or infinity.
+SANE_TEMPERATURES = (0.01, 100.0)
+
+
+def calibration_doubt(logits: Tensor, labels: Tensor, temperature: float) -> str | None:
+    """Why a temperature fitted on ``logits`` [N, C] (before scaling) and ``labels`` [N] means nothing, or None.
+
+    It does when the model is no better than always answering the dev set's most frequent class (its
+    probabilities carry no information to rescale), or when ``temperature`` is outside
+    :data:`SANE_TEMPERATURES`."""
+    labels = labels.long()
+    accuracy = float((logits.argmax(dim=-1) == labels).double().mean())
+    majority = float(torch.bincount(labels).max()) / labels.numel()
+    reasons = []
+    if accuracy <= majority:
+        reasons.append(f"the model is at chance on the dev set (accuracy {accuracy:.4f}, no better than always "
+                       f"answering its most frequent class: {majority:.4f})")
+    low, high = SANE_TEMPERATURES
+    if not low <= temperature <= high:
+        reasons.append(f"the fitted temperature {temperature:.6g} is outside [{low:g}, {high:g}]")
+    if not reasons:
+        return None
+    return "calibration is meaningless: " + "; ".join(reasons) + ". The temperature is saved and applied as fitted"

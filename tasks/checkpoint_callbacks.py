@@ -65,7 +65,21 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     Since Lightning 2.6, ``save_last=True`` rewrites ``last.ckpt`` only at a validation that also
     writes a top-k checkpoint: after a validation that did not improve, ``last.ckpt`` would stay at
     the last improvement and a killed run would redo every epoch since.
+
+    Only ``last.ckpt`` (what ``resume`` reads) keeps the optimiser, scheduler, loop and callback state:
+    ``best.ckpt`` is read for its weights only (evaluation, prediction, export), and AdamW's two moments
+    would triple its size.
     """
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        if Path(filepath).name == self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION:
+            super()._save_checkpoint(trainer, filepath)
+            return
+        weights_only, self.save_weights_only = self.save_weights_only, True
+        try:
+            super()._save_checkpoint(trainer, filepath)
+        finally:
+            self.save_weights_only = weights_only
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)

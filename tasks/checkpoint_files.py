@@ -53,6 +53,11 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
         ) from None
     except (RuntimeError, EOFError, KeyError, ValueError, IndexError, AttributeError, TypeError) as err:
         raise _damaged(path, err) from None
+    except OSError as err:
+        if isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            raise  # the file is not there to read: not a damaged one
+        # torch's zip reader: "Invalid argument" for some truncated archives
+        raise _damaged(path, err) from None
 
 
 def _damaged(path: Path, err: BaseException) -> DamagedCheckpointError:

@@ -112,6 +112,7 @@ class TrainedModel:
     checkpoint: Path
     encoder_folder: str
     tokenizer_source: str  # the run's encoder/ folder, or encoder.tokenizer / name_or_path
+    global_step: int | None = None  # the optimiser step its weights are from (None: not recorded)
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
         return load_tokenizer(self.tokenizer_source)
@@ -146,7 +147,9 @@ def load_trained(path: str | Path, key: str = "model", overrides: Mapping[str, A
     encoder = Encoder.from_settings(EncoderSettings.from_config(cfg["encoder"]), name_or_path=source,
                                     load_weights=needs_weights)
     module = build_module(cfg, checkpoint, encoder=encoder, encoder_source=source)
-    return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source))
+    step = checkpoint.get("global_step")
+    return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source),
+                        int(step) if step is not None else None)
 
 
 def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path: str | Path) -> Path:

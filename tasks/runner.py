@@ -116,12 +116,24 @@ def check_trainer_keys(kwargs: dict[str, Any]) -> None:
 
 
 class LastValidation(Callback):
-    """Remembers the last validation of ``fit``: when it ran, at which step, and what it logged."""
+    """Makes ``fit`` validate its final step, and remembers its last validation: when it ran, at which
+    step, and what it logged.
+
+    Lightning validates at an epoch's end (or every ``val_check_interval``), so a run that reaches
+    ``trainer.max_steps`` between two validations would end on weights nobody validated: no best.ckpt
+    at all when that is before the first one, or a best.ckpt chosen without its final weights. Asking
+    the trainer to stop at that step makes Lightning validate there (as it does for early stopping),
+    and the checkpoint callback then picks best.ckpt among all validations, the final one included.
+    """
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.step: int | None = None
         self.metrics: dict[str, Any] = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True  # the final step: Lightning validates before it stops
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.started = time.time()
@@ -172,14 +184,15 @@ def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, dat
     log.info("frozen features from %s", module.feature_cache.folder)
 
 
-def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path) -> None:
+def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path, shared: Path | None = None) -> None:
     """``<run>/encoder/``: the encoder's config and tokenizer, and the weights the run never trains
-    (which its checkpoints then leave out; ``tasks/encoder_store.py``). Written once per run folder."""
+    (which its checkpoints then leave out; ``tasks/encoder_store.py``), hard-linked from the sweep's
+    store ``shared`` when given. Written once per run folder."""
     folder = run_dir / ENCODER_FOLDER
     with_weights = bool(module.stored_once_keys())
     if (folder / "config.json").is_file() and (has_weights(folder) or not with_weights):
         return  # a resumed run: written when it started
-    save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights)
+    save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights, shared=shared)
 
 
 def check_trains(trainer: DictConfig) -> None:
@@ -200,8 +213,11 @@ def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> li
 
 
 @holds_run_folder
-def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
-    """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``."""
+def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -> dict[str, float]:
+    """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``.
+
+    ``shared_encoders``: a sweep's store of frozen encoder weights (``<sweep>/.encoders``), which the
+    run's ``encoder/`` then hard-links instead of holding its own copy."""
     # Every block this command reads is checked before any data is read or weights are loaded.
     cache = CacheSettings.from_config(cfg.cache)
     periodic = CheckpointSettings.from_config(cfg.checkpoint)
@@ -233,7 +249,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
     if is_main_process():
-        save_run_encoder(module, datamodule.tokenizer, run_dir)
+        save_run_encoder(module, datamodule.tokenizer, run_dir, shared_encoders)
     attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks = attach_distiller(distill, module)
     has_validation = datamodule.has_split("validation")
@@ -256,19 +272,22 @@ def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskMod
         warnings.filterwarnings("ignore", message=".*dataloader is not resumable")
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
 
-    metrics: dict[str, float] = {}
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    eval_ckpt = best if best and Path(best).is_file() else None
+    metrics: dict[str, Any] = {}
+    eval_ckpt = best_checkpoint(trainer)
+    last = next(c for c in trainer.callbacks if isinstance(c, LastValidation))
+    if has_validation and last.step != trainer.global_step:
+        log.warning("the final weights (step %d) were never validated (trainer.check_val_every_n_epoch?): "
+                    "checkpoints/best.ckpt is the best of the validated steps", trainer.global_step)
     if has_validation:
         # A run whose best checkpoint is its final state (one epoch, or improving to the end) was
         # just validated on exactly these weights: its metrics and prediction files stand.
-        last = next(c for c in trainer.callbacks if isinstance(c, LastValidation))
         final = last.metrics_if_final_is_best(trainer, eval_ckpt)
         if final is None:
             final = flat_metrics(trainer.validate(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False))
         else:
             log.info("best checkpoint = final weights, validated at step %d: not validating again", last.step)
         metrics.update(final)
+    metrics.update(training_extent(trainer, eval_ckpt))
     if cfg.get("calibrate"):
         metrics.update(calibrate_best(module, eval_ckpt))
     if datamodule.has_split("test"):
@@ -276,11 +295,34 @@ def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskMod
     return metrics
 
 
-def calibrate_best(module: EncoderTaskModule, best: str | None) -> dict[str, float]:
+def best_checkpoint(trainer: L.Trainer) -> str:
+    """``checkpoints/best.ckpt`` after ``fit``: the checkpoint callback's, or (a run that never validated,
+    e.g. ``trainer.check_val_every_n_epoch`` beyond its epochs) the final weights saved there now, so
+    every run leaves the best.ckpt that evaluation, prediction and export read."""
+    callback = trainer.checkpoint_callback
+    best = callback.best_model_path if callback else ""
+    if best and Path(best).is_file():
+        return best
+    path = str(Path(trainer.default_root_dir) / "checkpoints" / "best.ckpt")
+    trainer.save_checkpoint(path, weights_only=True)  # every rank calls it; rank 0 writes
+    return path
+
+
+def training_extent(trainer: L.Trainer, best: str) -> dict[str, int | None]:
+    """How far the run trained, for ``metrics.json`` and the model card: ``train_steps`` (optimiser steps
+    run), ``train_steps_per_epoch`` (None where the loader has no length) and ``best_step`` (the step of
+    best.ckpt's weights, which the val / test metrics describe)."""
+    batches = trainer.num_training_batches
+    per_epoch = math.ceil(batches / trainer.accumulate_grad_batches) if math.isfinite(batches) else None
+    return {"train_steps": int(trainer.global_step), "train_steps_per_epoch": per_epoch,
+            "best_step": int(load_checkpoint_file(best).get("global_step", -1))}
+
+
+def calibrate_best(module: EncoderTaskModule, best: str) -> dict[str, Any]:
     """``calibrate=true``: fit the module's temperature on the dev logits of its last validation (the
     best checkpoint's) and write it into ``best.ckpt``, which evaluation, prediction and export read."""
     result = module.calibrate()
-    if best and is_main_process():
+    if is_main_process():
         checkpoint = load_checkpoint_file(best)
         checkpoint["state_dict"]["calibration.temperature"] = module.calibration.temperature.detach().clone()
         torch_save_atomic(checkpoint, best)

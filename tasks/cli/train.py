@@ -8,13 +8,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.distributed import is_main_process
+from sesame.tasks.encoder_store import SHARED_ENCODERS
 from sesame.tasks.resolvers import register_resolvers
 from sesame.tasks.runner import train
 
@@ -25,8 +29,11 @@ register_resolvers()
 def _main(cfg: DictConfig) -> float | None:
     run_dir = HydraConfig.get().runtime.output_dir
     share_sweep_dir()
+    hydra_cfg = HydraConfig.get()
+    # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoder_store.py).
+    shared = Path(hydra_cfg.sweep.dir) / SHARED_ENCODERS if hydra_cfg.mode == RunMode.MULTIRUN else None
     with user_errors_are_messages():
-        metrics = train(cfg, run_dir)
+        metrics = train(cfg, run_dir, shared_encoders=shared)
     if is_main_process():
         print(f"run folder: {run_dir}")
     # The main metric is the job's return value: what Hydra's Optuna sweeper maximises.

@@ -27,7 +27,7 @@ from hydra.utils import get_class
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig
 
-from sesame.heads.calibration import TemperatureScaling, expected_calibration_error
+from sesame.heads.calibration import TemperatureScaling, calibration_doubt, expected_calibration_error
 from sesame.heads.classifier import SequenceClassifierHead, balanced_class_weights
 from sesame.heads.pooling import PoolerPooling, build_pooling
 from sesame.tasks.distributed import Rows
@@ -234,13 +234,14 @@ class SentenceClassificationModule(EncoderTaskModule):
         self.write_text(f"{stage}_{name}.tsv", submission_tsv(rows["index"].tolist(), rows["prediction"].tolist(), self.label_names))
         return metrics
 
-    def calibrate(self) -> dict[str, float]:
+    def calibrate(self) -> dict[str, float | str]:
         """Fit the temperature on the logits of the latest validation (``calibrate=true``, after training).
 
         Returns ``val_temperature``, ``val_ece_calibrated`` (on the dev set it was fitted on) and
         ``val_ece_calibrated_crossfit``: the dev set split into even and odd examples, a temperature
         fitted on each half and the ECE measured on the other, averaged (an estimate not fitted on
-        what it measures)."""
+        what it measures); and ``val_calibration_warning`` (also logged) where the fit means nothing
+        (``heads.calibration.calibration_doubt``)."""
         if not self.is_single_label:
             raise ConfigError("calibrate=true fits a softmax temperature: it applies to single-label classification, "
                               "not to regression or multi-label tasks. Fix: drop calibrate=true")
@@ -265,6 +266,10 @@ class SentenceClassificationModule(EncoderTaskModule):
         log.info("calibrate: temperature %.4f; dev ECE %.4f -> %.4f (cross-fitted %.4f)", temperature,
                  expected_calibration_error(raw.softmax(-1), gold), result["val_ece_calibrated"],
                  result["val_ece_calibrated_crossfit"])
+        doubt = calibration_doubt(raw, gold, temperature)
+        if doubt:
+            log.warning("calibrate=true: %s", doubt)
+            return {**result, "val_calibration_warning": doubt}  # metrics.json and the model card say it too
         return result
 
     def _tunes_thresholds(self, stage: str) -> bool:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from sesame.heads.calibration import TemperatureScaling, confidence_ece, expected_calibration_error
+from sesame.heads.calibration import TemperatureScaling, calibration_doubt, confidence_ece, expected_calibration_error
 
 
 def ece_by_loop(confidence, correct, n_bins=15):
@@ -53,3 +53,17 @@ def test_temperature_scaling_recovers_the_temperature_that_sharpened_the_logits(
     after = expected_calibration_error(calibrated.softmax(-1), labels)
     assert after < before / 2
     assert "temperature" in scaling.state_dict()  # saved with the model
+
+
+def test_a_calibration_is_doubted_at_chance_or_at_an_absurd_temperature():
+    torch.manual_seed(0)
+    true_logits = torch.randn(2000, 3) * 2
+    labels = torch.distributions.Categorical(logits=true_logits).sample()
+    fitted = TemperatureScaling().fit(true_logits * 3, labels)
+    assert calibration_doubt(true_logits * 3, labels, fitted) is None  # an informative model, a sane T
+    constant = torch.zeros(2000, 3)
+    constant[:, 1] = 1.0  # always one class: no better than the majority answer
+    doubt = calibration_doubt(constant, labels, TemperatureScaling().fit(constant, labels))
+    assert doubt is not None and "at chance" in doubt
+    assert "outside [0.01, 100]" in calibration_doubt(true_logits, labels, 66011.0)
+    assert "outside" in calibration_doubt(true_logits, labels, 0.001)

@@ -93,6 +93,21 @@ def test_last_ckpt_follows_every_validation_even_without_improvement(make_cfg, t
     assert step("best.ckpt") == 4 and step("last.ckpt") == 12
 
 
+def test_only_last_ckpt_keeps_the_optimiser_state_best_ckpt_is_the_model_size(make_cfg, tmp_path):
+    from sesame.tasks.checkpoints import load_trained, state_dict_bytes
+
+    run = tmp_path / "run"
+    train(make_cfg("finetune=full"), run)
+    best = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert {"optimizer_states", "lr_schedulers", "callbacks", "sesame_rng"} <= set(last)  # resume needs them
+    assert not {"optimizer_states", "lr_schedulers", "callbacks", "sesame_rng"} & set(best)
+    model = state_dict_bytes(load_trained(run).module)
+    best_bytes, last_bytes = (os.path.getsize(run / "checkpoints" / n) for n in ("best.ckpt", "last.ckpt"))
+    # best.ckpt: the weights and a few KB of config; last.ckpt: AdamW's two moments per weight besides
+    assert best_bytes < model + 32_000 < last_bytes < 3 * model + 64_000
+
+
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path):
     with pytest.raises(MissingFileError, match="no checkpoint at .*last.ckpt"):
         resolve_resume(True, tmp_path)

@@ -98,3 +98,40 @@ def test_head_overrides_apply_to_decoding_settings_only():
     with pytest.raises(ConfigError, match="no such head setting"):
         apply_overrides(trained, {"head.n_best": 5}, "run")
     assert override_keys(["+head.x=1", "~data.y", "fusion=last", "encoder@foo=bar"]) == ["head.x", "data.y", "fusion", "encoder"]
+
+
+def test_a_frozen_sweep_stores_its_encoder_once_and_each_job_folder_still_stands_alone(tiny_bert_dir, tmp_path):
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    subprocess.run(
+        [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "pooling=cls,mean", "finetune=frozen",
+         f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.enable_progress_bar=false",
+         *SMALL, f"hydra.sweep.dir={sweep}"],
+        check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    (entry,) = (sweep / ".encoders").iterdir()  # one set of weights for both jobs
+    stored = entry / "model.safetensors"
+    assert entry.name == hashlib.sha256(b"model.safetensors\0" + stored.read_bytes()).hexdigest()  # content-addressed
+    jobs = [sweep / job / "encoder" / "model.safetensors" for job in ("0", "1")]
+    assert all(os.path.samefile(job, stored) for job in jobs) and stored.stat().st_nlink == 3  # hard links: one copy
+
+    # A job folder copied alone (cp -r / rsync -a copy a hard link's content) is self-contained.
+    alone = tmp_path / "alone"
+    shutil.copytree(sweep / "0", alone)
+    assert (alone / "encoder" / "model.safetensors").stat().st_nlink == 1
+    expected = load_trained(sweep / "0").module.state_dict()
+    # Changed shared weights are caught by the checkpoint's digest, in every job that links them...
+    with stored.open("r+b") as handle:
+        handle.seek(-4, os.SEEK_END)
+        last = handle.read(4)
+        handle.seek(-4, os.SEEK_END)
+        handle.write(bytes(b ^ 0xFF for b in last))
+    with pytest.raises(DataError, match="differ from those the checkpoint was trained on"):
+        load_trained(sweep / "1")
+    # ... and not in the copy, which holds its own bytes.
+    got = load_trained(alone).module.state_dict()
+    assert all(torch.equal(got[k], expected[k]) for k in expected)

@@ -111,3 +111,37 @@ def _assert_metrics_of_best_checkpoint(make_cfg, run_dir, metrics):
     scored = evaluate(make_cfg(f"++model={run_dir / 'checkpoints' / 'best.ckpt'}"), run_dir.parent / "eval")
     for key in ("val_accuracy", "val_loss"):
         assert metrics[key] == pytest.approx(scored[key], abs=1e-6)
+
+
+@pytest.mark.parametrize("max_steps, validated_at", [(3, [3]), (6, [4, 6])])
+def test_a_run_ending_between_validations_validates_its_final_step_and_saves_best(
+        make_cfg, tmp_path, monkeypatch, max_steps, validated_at):
+    """trainer.max_steps before an epoch's end (4 batches here): the final weights are validated too, so
+    best.ckpt is chosen among every validation (here each one scores higher than the one before, so the
+    final step is the best) and metrics.json describes it."""
+    from sesame.tasks.evaluation import evaluate
+    from sesame.tasks.glue.module import SentenceClassificationModule
+
+    score = SentenceClassificationModule.score
+    monkeypatch.setattr(SentenceClassificationModule, "score", lambda self, stage, rows: {
+        **score(self, stage, rows), "accuracy": self.trainer.global_step / 100})
+    calls = count_validations(monkeypatch)
+    run = tmp_path / "run"
+    metrics = train(make_cfg("finetune=full", f"trainer.max_steps={max_steps}", "trainer.max_epochs=3"), run)
+    assert calls == validated_at  # the final validation saw the best weights: not validated again
+    assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] == max_steps
+    assert metrics["val_accuracy"] == pytest.approx(max_steps / 100)
+    scored = evaluate(make_cfg(f"++model={run}"), tmp_path / "eval")
+    assert metrics["val_loss"] == pytest.approx(scored["val_loss"], abs=1e-6)
+
+
+def test_a_run_whose_final_step_is_never_validated_says_so_and_still_saves_best(make_cfg, tmp_path, caplog):
+    import logging
+
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING):  # 1 epoch, validation every 2nd: fit never validates
+        metrics = train(make_cfg("+trainer.check_val_every_n_epoch=2"), run)
+    assert any("were never validated" in r.getMessage() for r in caplog.records)
+    assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] == 4 == metrics["best_step"]
+    assert "optimizer_states" not in torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
+    assert "val_accuracy" in metrics  # the final weights, validated after fit

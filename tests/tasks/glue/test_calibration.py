@@ -1,6 +1,9 @@
 """``calibrate=true`` and the calibration error: the temperature is fitted on the dev logits, saved in
 best.ckpt, and used by evaluation and export; ECE values equal a per-bin recomputation."""
 
+import json
+import logging
+
 import pytest
 import torch
 
@@ -8,6 +11,7 @@ from sesame.tasks.checkpoints import load_trained
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.evaluation import evaluate
 from sesame.tasks.runner import build_datamodule, train
+from tests.conftest import SST2_DEV
 from tests.heads.test_calibration import ece_by_loop
 
 RUN = ["pooling=pooler", "finetune.head_lr=5e-2", "data.max_train_examples=128", "data.max_eval_examples=96",
@@ -78,3 +82,30 @@ def test_calibrate_is_refused_where_it_does_not_apply(make_cfg, tmp_path):
         train(make_cfg("calibrate=true", "data.validation_file=null"), tmp_path / "a")
     with pytest.raises(ConfigError, match="classification"):
         train(make_cfg("task=ner", "calibrate=true", "data.max_train_examples=16", "data.max_eval_examples=8"), tmp_path / "b")
+
+
+def test_a_run_shorter_than_an_epoch_keeps_its_temperature_where_predict_and_export_read_it(make_cfg, tmp_path):
+    """trainer.max_steps=2 of a 4-batch epoch: the final step is validated, saved as best.ckpt, and the
+    temperature of metrics.json is the one in best.ckpt, which load_trained (predict, export) reads."""
+    run = tmp_path / "run"
+    metrics = train(make_cfg("calibrate=true", "trainer.max_steps=2"), run)
+    best = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["global_step"] == 2
+    assert float(best["state_dict"]["calibration.temperature"]) == pytest.approx(metrics["val_temperature"], rel=1e-6)
+    trained = load_trained(run)
+    assert trained.checkpoint.name == "best.ckpt"
+    assert float(trained.module.calibration.temperature) == pytest.approx(metrics["val_temperature"], rel=1e-6)
+
+
+def test_a_meaningless_calibration_is_warned_about_and_recorded(make_cfg, tmp_path, caplog):
+    """A dev set of one class: no model beats always answering it, so the temperature means nothing."""
+    lines = SST2_DEV.read_text(encoding="utf-8").splitlines()
+    dev = tmp_path / "one_class.tsv"
+    dev.write_text("\n".join([lines[0]] + [line for line in lines[1:] if line.endswith("\t1")][:40]) + "\n",
+                   encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        metrics = train(make_cfg("calibrate=true", f"data.validation_file={dev}"), tmp_path / "run")
+    assert "at chance" in metrics["val_calibration_warning"]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["val_calibration_warning"] == \
+        metrics["val_calibration_warning"]
+    assert any("calibration is meaningless" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
