@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 import numpy as np
-import torch.distributed as dist
 
 Rows = dict[str, np.ndarray]
 
@@ -21,6 +20,8 @@ def is_main_process() -> bool:
 
 def gather_objects(obj: Any) -> list[Any]:
     """``[obj of rank 0, obj of rank 1, ...]``; just ``[obj]`` in a single process."""
+    import torch.distributed as dist  # here: is_main_process (console scripts' --help) must not import torch
+
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [obj]
     gathered: list[Any] = [None] * dist.get_world_size()

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import get_linear_schedule_with_warmup
 
 from sesame.tasks.encoder import Encoder
 from sesame.tasks.errors import ConfigError
@@ -197,6 +196,10 @@ def build_optimizer(
     params = [p for group in groups for p in group["params"]]
     fused = allow_fused and all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
     optimizer = torch.optim.AdamW(groups, eps=settings.adam_epsilon, fused=fused or None)
+    # Imported here: transformers.optimization imports peft and the Trainer's utilities (0.4 s), which
+    # loading a trained model (sesame-predict) never needs.
+    from transformers import get_linear_schedule_with_warmup
+
     warmup = int(settings.warmup_ratio * total_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(total_steps, 1))
     return optimizer, scheduler

@@ -16,13 +16,16 @@ from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.distributed import is_main_process
 from sesame.tasks.resolvers import register_resolvers
-from sesame.tasks.runner import train
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="config")
 def _main(cfg: DictConfig) -> float | None:
+    # Imported here, not at the top: torch, Lightning and transformers take seconds to import, and
+    # --help, --cfg job and a bad override never need them.
+    from sesame.tasks.runner import train
+
     run_dir = HydraConfig.get().runtime.output_dir
     share_sweep_dir()
     with user_errors_are_messages():
