@@ -136,6 +136,12 @@ class EncoderTaskModule(L.LightningModule):
             part.eval()
         return self
 
+    def unintended_eval_modules(self) -> list[str]:
+        """Submodules in eval mode that the finetune mode does not keep there (Lightning warns of every
+        module in eval mode when training starts; the frozen parts are meant to be)."""
+        kept = {id(m) for part in self._eval_only_parts for m in part.modules()}
+        return [name for name, m in self.named_modules() if not m.training and id(m) not in kept]
+
     # Frozen encoder weights: stored once in the run's encoder/ folder, not in every checkpoint ---------
     def stored_once_keys(self) -> list[str]:
         """State-dict keys of the encoder weights this run never trains, which checkpoints leave out

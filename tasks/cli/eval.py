@@ -21,7 +21,9 @@ register_resolvers()
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
     from sesame.tasks.evaluation import evaluate  # torch and Lightning: not for --help (see cli/train.py)
+    from sesame.tasks.known_noise import lightning_lines_once
 
+    lightning_lines_once()
     hydra_cfg = HydraConfig.get()
     run_dir = hydra_cfg.runtime.output_dir
     with user_errors_are_messages():

@@ -24,8 +24,10 @@ register_resolvers()
 def _main(cfg: DictConfig) -> float | None:
     # Imported here, not at the top: torch, Lightning and transformers take seconds to import, and
     # --help, --cfg job and a bad override never need them.
+    from sesame.tasks.known_noise import lightning_lines_once
     from sesame.tasks.runner import train
 
+    lightning_lines_once()
     run_dir = HydraConfig.get().runtime.output_dir
     share_sweep_dir()
     with user_errors_are_messages():
