@@ -187,8 +187,11 @@ def build_optimizer(
     """AdamW with separate encoder / head learning rates and a linear warm-up then decay schedule.
     ``allow_fused=False`` keeps the for-each kernel (Lightning's mixed precision refuses to clip the
     gradients of a fused optimiser, which unscales them itself)."""
-    groups = parameter_groups(encoder.named_parameters(), settings.encoder_lr, settings.weight_decay)
-    groups += parameter_groups(head_named_parameters, settings.head_lr, settings.weight_decay)
+    # Each group is named ("encoder" / "head"): the logs' learning rates are lr_encoder and lr_head.
+    groups = [{**g, "name": "encoder"} for g in parameter_groups(encoder.named_parameters(), settings.encoder_lr,
+                                                                 settings.weight_decay)]
+    groups += [{**g, "name": "head"} for g in parameter_groups(head_named_parameters, settings.head_lr,
+                                                               settings.weight_decay)]
     if not groups:
         raise ConfigError("nothing to train: the encoder is frozen and the head has no parameters")
     # The fused kernel updates every tensor in one pass: on CPU it took the optimiser step of MiniLM-L6

@@ -225,6 +225,21 @@ class EncoderTaskModule(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        """Log what the Hugging Face Trainer logs at each step: the learning rate of each parameter group
+        (``lr_encoder``, ``lr_head``) and the gradients' total L2 norm before clipping (``grad_norm``), into
+        every logger, at ``trainer.log_every_n_steps``."""
+        rates: dict[str, float] = {}
+        for index, group in enumerate(optimizer.param_groups):
+            # A group without a name: an optimiser state saved before groups were named (a resumed run).
+            rates.setdefault(f"lr_{group.get('name', f'group{index}')}", float(group["lr"]))
+        for name, rate in rates.items():
+            self.log(name, rate, on_step=True, on_epoch=False, batch_size=1)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)  # what clipping measures (gradient_clip_val)
+            self.log("grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
+
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable | None = None) -> None:
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
         # Free the gradients at once: Lightning clears them only before the next step's forward, so
