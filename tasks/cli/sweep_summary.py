@@ -1,6 +1,7 @@
 """The end of a ``sesame-train --multirun``: the sweep's table (``sesame-report``'s ``report.md``,
 ``report.csv``, ``report.png``) written into the sweep folder and printed. A Hydra callback, named in
-``conf/config.yaml`` (``hydra.callbacks.sweep_report``); ``hydra.callbacks.sweep_report=null`` turns it off.
+``conf/config.yaml`` (``hydra.callbacks.sweep_report``); ``'~hydra.callbacks.sweep_report'`` on the command
+line turns it off.
 """
 
 from __future__ import annotations

@@ -228,3 +228,16 @@ def test_jobs_without_a_csv_log_are_named_and_left_out(init_sweep, tmp_path, cap
     assert "no job has a train_loss curve" in err and "no logs/metrics.csv" in err
     with pytest.raises(SystemExit):  # a window of 0 points is refused by the parser
         report_main([str(sweep), "--curves", "train_loss", "--smooth", "0"])
+
+
+def test_the_sweep_summary_is_a_hydra_callback_that_can_be_turned_off():
+    from hydra import compose, initialize_config_module
+    from hydra.utils import get_class
+
+    from sesame.tasks.cli.sweep_summary import SweepSummary
+
+    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+        on = compose(config_name="config", return_hydra_config=True)
+        off = compose(config_name="config", overrides=["~hydra.callbacks.sweep_report"], return_hydra_config=True)
+    assert get_class(on.hydra.callbacks.sweep_report._target_) is SweepSummary
+    assert dict(off.hydra.callbacks) == {}
