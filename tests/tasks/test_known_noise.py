@@ -51,6 +51,41 @@ def test_only_the_known_messages_are_silenced():
     assert [str(w.message) for w in caught] == [LEAFSPEC, "a real warning"]
 
 
+#: Messages seen in real runs (README "Loggers"): int8 checkpoint loading (torch), ONNX export (torch's exporter).
+SEEN_WARNINGS = [
+    ("TypedStorage is deprecated. It will be removed in the future and UntypedStorage will be the only storage class.",
+     UserWarning, "torch._utils"),
+    ("torch.quantize_per_tensor, torch.quantize_per_channel and other quantized tensor creation functions that produce "
+     "tensors with dtype torch.quint8, torch.qint8, and torch.qint32 are deprecated", UserWarning, "torch._utils"),
+]
+SEEN_LOG_LINES = [
+    ("torch.onnx._internal.exporter._registration", "torchvision is not installed. Skipping %s", "torchvision::nms"),
+    ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging and experiment tracking, try installing "
+     "[litlogger](https://pypi.org/project/litlogger/)%s", ""),
+]
+
+
+def test_the_int8_and_onnx_messages_are_silenced_and_their_neighbours_kept():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with known_noise_silenced():
+            for message, category, module in SEEN_WARNINGS:
+                warnings.warn_explicit(message, category, "_utils.py", 1, module=module)
+                warnings.warn_explicit("another " + message, category, "_utils.py", 1, module=module)
+    assert [str(w.message) for w in caught] == ["another " + m for m, _, _ in SEEN_WARNINGS]
+    for name, message, arg in SEEN_LOG_LINES:
+        lines = Lines()
+        logger = logging.getLogger(name)
+        logger.addHandler(lines)
+        try:
+            with known_noise_silenced():
+                logger.warning(message, arg)
+                logger.warning("a real problem")
+        finally:
+            logger.removeHandler(lines)
+        assert lines.messages == ["a real problem"]
+
+
 def test_modules_left_in_eval_by_mistake_are_named(make_cfg):
     frozen: EncoderTaskModule = build_module(make_cfg("finetune=frozen"))
     assert frozen.unintended_eval_modules() == []  # the frozen encoder is in eval on purpose
