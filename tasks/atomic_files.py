@@ -16,8 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 from sesame.tasks.errors import WriteError
 
 _NO_SPACE = "free space on that disk, or write somewhere else"
@@ -120,6 +118,8 @@ def current_umask() -> int:
 
 def torch_save_atomic(obj: Any, path: str | Path) -> Path:
     """``torch.save(obj)`` to ``path`` atomically (a checkpoint is whole or not there)."""
+    import torch  # here: the console scripts' error handling imports this module, and --help must not import torch
+
     with atomic_open(path, "wb") as handle:
         torch.save(obj, handle)
     return Path(path)

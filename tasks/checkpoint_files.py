@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from sesame.tasks.errors import DataError
+from sesame.tasks.known_noise import known_noise_silenced
 
 
 
@@ -29,6 +30,7 @@ class DamagedCheckpointError(DataError):
     """A checkpoint file that is truncated, empty or not a PyTorch checkpoint at all."""
 
 
+@known_noise_silenced()
 def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     """The contents of checkpoint ``path`` (on the CPU unless ``map_location`` says otherwise), read
     with the weights-only unpickler.

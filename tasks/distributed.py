@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.distributed as dist
+
+if TYPE_CHECKING:
+    import torch
 
 Rows = dict[str, np.ndarray]
 
@@ -23,6 +24,8 @@ def is_main_process() -> bool:
 
 def gather_objects(obj: Any) -> list[Any]:
     """``[obj of rank 0, obj of rank 1, ...]``; just ``[obj]`` in a single process."""
+    import torch.distributed as dist  # here: is_main_process (console scripts' --help) must not import torch
+
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [obj]
     gathered: list[Any] = [None] * dist.get_world_size()
@@ -37,6 +40,9 @@ def share_of_total(count: torch.Tensor) -> torch.Tensor | float:
     its part of the mean over the whole global batch once DDP averages the ranks' gradients; without
     it, ranks with fewer tokens would weigh each token more than one process with the global batch does.
     """
+    import torch
+    import torch.distributed as dist
+
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return 1.0
     total = count.detach().to(torch.int64).clone()  # integers: exact, and every backend reduces them

@@ -16,6 +16,7 @@ from sesame.tasks.checkpoints import build_module, is_hf_model_folder, load_trai
 from sesame.tasks.compression.int8 import QUANTIZED_TRAINER, is_quantized
 from sesame.tasks.encoder import check_tokenizer_fits
 from sesame.tasks.errors import ConfigError
+from sesame.tasks.known_noise import known_noise_silenced
 from sesame.tasks.module import EncoderTaskModule
 from sesame.tasks.run_lock import holds_run_folder
 from sesame.tasks.runner import build_datamodule, build_trainer, config_with_data, finish_run, flat_metrics
@@ -76,6 +77,7 @@ def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple
 
 
 @holds_run_folder
+@known_noise_silenced()
 def evaluate(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict[str, float]:
     """Validate / test the model ``cfg.model`` names; write metrics and predictions into ``run_dir``.
     ``overrides``: the command line's, see :func:`load_for_evaluation`."""

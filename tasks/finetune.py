@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import get_linear_schedule_with_warmup
 
 from sesame.tasks.encoder import Encoder
 from sesame.tasks.errors import ConfigError
@@ -188,8 +187,11 @@ def build_optimizer(
     """AdamW with separate encoder / head learning rates and a linear warm-up then decay schedule.
     ``allow_fused=False`` keeps the for-each kernel (Lightning's mixed precision refuses to clip the
     gradients of a fused optimiser, which unscales them itself)."""
-    groups = parameter_groups(encoder.named_parameters(), settings.encoder_lr, settings.weight_decay)
-    groups += parameter_groups(head_named_parameters, settings.head_lr, settings.weight_decay)
+    # Each group is named ("encoder" / "head"): the logs' learning rates are lr_encoder and lr_head.
+    groups = [{**g, "name": "encoder"} for g in parameter_groups(encoder.named_parameters(), settings.encoder_lr,
+                                                                 settings.weight_decay)]
+    groups += [{**g, "name": "head"} for g in parameter_groups(head_named_parameters, settings.head_lr,
+                                                               settings.weight_decay)]
     if not groups:
         raise ConfigError("nothing to train: the encoder is frozen and the head has no parameters")
     # The fused kernel updates every tensor in one pass: on CPU it took the optimiser step of MiniLM-L6
@@ -197,6 +199,10 @@ def build_optimizer(
     params = [p for group in groups for p in group["params"]]
     fused = allow_fused and all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
     optimizer = torch.optim.AdamW(groups, eps=settings.adam_epsilon, fused=fused or None)
+    # Imported here: transformers.optimization imports peft and the Trainer's utilities (0.4 s), which
+    # loading a trained model (sesame-predict) never needs.
+    from transformers import get_linear_schedule_with_warmup
+
     warmup = int(settings.warmup_ratio * total_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(total_steps, 1))
     return optimizer, scheduler

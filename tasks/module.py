@@ -136,6 +136,12 @@ class EncoderTaskModule(L.LightningModule):
             part.eval()
         return self
 
+    def unintended_eval_modules(self) -> list[str]:
+        """Submodules in eval mode that the finetune mode does not keep there (Lightning warns of every
+        module in eval mode when training starts; the frozen parts are meant to be)."""
+        kept = {id(m) for part in self._eval_only_parts for m in part.modules()}
+        return [name for name, m in self.named_modules() if not m.training and id(m) not in kept]
+
     # Frozen encoder weights: stored once in the run's encoder/ folder, not in every checkpoint ---------
     def stored_once_keys(self) -> list[str]:
         """State-dict keys of the encoder weights this run never trains, which checkpoints leave out
@@ -218,6 +224,21 @@ class EncoderTaskModule(L.LightningModule):
             allow_fused="mixed" not in str(self.trainer.precision),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        """Log what the Hugging Face Trainer logs at each step: the learning rate of each parameter group
+        (``lr_encoder``, ``lr_head``) and the gradients' total L2 norm before clipping (``grad_norm``), into
+        every logger, at ``trainer.log_every_n_steps``."""
+        rates: dict[str, float] = {}
+        for index, group in enumerate(optimizer.param_groups):
+            # A group without a name: an optimiser state saved before groups were named (a resumed run).
+            rates.setdefault(f"lr_{group.get('name', f'group{index}')}", float(group["lr"]))
+        for name, rate in rates.items():
+            self.log(name, rate, on_step=True, on_epoch=False, batch_size=1)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)  # what clipping measures (gradient_clip_val)
+            self.log("grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable | None = None) -> None:
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)

@@ -42,6 +42,7 @@ from transformers import PreTrainedTokenizerFast
 
 from sesame.tasks.batching import LengthSortedSampler
 from sesame.tasks.checkpoints import TrainedModel, load_trained
+from sesame.tasks.compression.int8 import is_quantized, quantize_module
 from sesame.tasks.errors import ConfigError, DataError
 
 #: The predictor class of each ``task.name`` (imported on use: the task modules import this one).
@@ -132,16 +133,21 @@ def is_onnx_folder(path: str | Path) -> bool:
     return (Path(path).expanduser() / ONNX_FILE).is_file()
 
 
-def runner_for(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ModelRunner:
+def runner_for(path: str | Path, overrides: Mapping[str, Any] | None = None, *, int8: bool = False) -> ModelRunner:
     """The :class:`ModelRunner` of a run folder, ``.ckpt`` file or ONNX export folder.
 
     ``overrides``: dotted settings applied over the trained config (``{"head.n_best_size": 5}``;
-    ``tasks/trained_overrides.py`` says which may change).
+    ``tasks/trained_overrides.py`` says which may change). ``int8``: an ONNX folder's int8 graph
+    (``model.int8.onnx``, from ``sesame-export --int8``); a trained run's linear layers made dynamic int8
+    on load (as ``sesame-compress quantize`` makes them; a model quantised already stays as it is).
     """
     if is_onnx_folder(path):
         onnx_runner = importlib.import_module(ONNX_RUNNER)  # needs the [export] extra
-        return onnx_runner.OnnxRunner.from_folder(Path(path).expanduser(), overrides)
-    return TorchRunner(load_trained(path, overrides=dict(overrides or {})))
+        return onnx_runner.OnnxRunner.from_folder(Path(path).expanduser(), overrides, int8=int8)
+    trained = load_trained(path, overrides=dict(overrides or {}))
+    if int8 and not is_quantized(trained.cfg):
+        quantize_module(trained.module)
+    return TorchRunner(trained)
 
 
 def finite(value: float | None) -> float | None:
@@ -225,13 +231,15 @@ class Predictor:
         return chosen(runner, **kwargs)
 
     @classmethod
-    def from_run(cls, path: str | Path, *, overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> Predictor:
+    def from_run(cls, path: str | Path, *, overrides: Mapping[str, Any] | None = None, int8: bool = False,
+                 **kwargs: Any) -> Predictor:
         """The predictor of the trained model at ``path`` (run folder, .ckpt or ONNX folder).
 
         ``overrides``: dotted settings over the trained config (``{"head.null_score_diff_threshold": 1.0}``);
-        ``kwargs`` go to the task's predictor (``batch_size``, ``chunk_size``; QA: ``n_best``).
+        ``int8``: run it in int8 (:func:`runner_for`); ``kwargs`` go to the task's predictor
+        (``batch_size``, ``chunk_size``; QA: ``n_best``).
         """
-        return cls.from_runner(runner_for(path, overrides), **kwargs)
+        return cls.from_runner(runner_for(path, overrides, int8=int8), **kwargs)
 
     # Predicting ----------------------------------------------------------------------------------
     def __call__(self, inputs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ from sesame.tasks.encoder import EncoderSettings, check_tokenizer_fits, load_tok
 from sesame.tasks.encoder_store import ENCODER_FOLDER, has_weights, save_encoder_folder
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.feature_cache import CacheSettings, build_or_open
+from sesame.tasks.known_noise import known_noise_silenced
 from sesame.tasks.loggers import LoggerSettings, build_loggers, progress_bar_callbacks
 from sesame.tasks.module import EncoderTaskModule, TaskSettings
 from sesame.tasks.run_lock import holds_run_folder
@@ -213,6 +214,7 @@ def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> li
 
 
 @holds_run_folder
+@known_noise_silenced()
 def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``.
 
@@ -270,6 +272,10 @@ def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskMod
         # The train loaders resume mid-epoch through TrainingResumeCallback (an exact resume is tested),
         # not through Lightning's stateful-loader interface, whose absence Lightning warns about.
         warnings.filterwarnings("ignore", message=".*dataloader is not resumable")
+        if not module.unintended_eval_modules():
+            # Lightning warns of every module in eval mode when training starts; these are the frozen
+            # encoder parts the finetune mode keeps there (dropout off) on purpose.
+            warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
 
     metrics: dict[str, Any] = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from sesame.tasks.atomic_files import atomic_open
+from sesame.tasks.atomic_files import atomic_open, write_text_atomic
 from sesame.tasks.errors import ConfigError, MissingFileError
 
 IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.", "logger")
@@ -113,6 +113,20 @@ def csv_table(rows: list[Variant], metric: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, metric: str | None = None) -> tuple[str, list[Path]]:
+    """The sweep's table: ``report.md``, ``report.csv`` and (with matplotlib) ``report.png`` in ``out``
+    (default: the sweep folder), ranked by ``metric`` (default: the task's main metric). Returns the
+    Markdown table and the files written (``sesame-report``, and the end of every ``--multirun``)."""
+    out = Path(out if out is not None else sweep_dir)
+    jobs = read_jobs(sweep_dir)
+    metric = main_metric(jobs, metric)
+    rows = variants(jobs, metric)
+    table = markdown_table(rows, metric)
+    written = [write_text_atomic(out / "report.md", table), write_text_atomic(out / "report.csv", csv_table(rows, metric))]
+    chart = bar_chart(rows, metric, out / "report.png")
+    return table, written + ([chart] if chart else [])
+
+
 def bar_chart(rows: list[Variant], metric: str, path: Path) -> Path | None:
     try:
         import matplotlib
@@ -180,6 +194,21 @@ def read_log(job: str | Path, metric: str) -> dict[int, float]:
             if row.get(metric) not in (None, ""):
                 rows.setdefault(int(float(row["step"])), []).append(float(row[metric]))
     return {step: statistics.fmean(values) for step, values in sorted(rows.items())}
+
+
+def logged_columns(sweep_dir: str | Path) -> list[str]:
+    """The values the jobs of a sweep logged in their ``logs/metrics.csv`` (every column but ``epoch`` and
+    ``step``, in the order the jobs' logs first name them): what ``--curves`` can draw."""
+    sweep_dir = Path(sweep_dir)
+    logs = [f.parent.parent / CSV_LOG for f in sweep_dir.glob("*/.hydra/overrides.yaml")]
+    columns: dict[str, None] = {}
+    for path in sorted((p for p in logs if p.is_file()), key=lambda p: _job_order(p.parent.parent)):
+        with path.open(newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+        columns.update((c, None) for c in header if c not in ("epoch", "step"))
+    if not columns:
+        raise MissingFileError(f"{sweep_dir}: no job has a {CSV_LOG} yet; pass a --multirun folder whose jobs have started")
+    return list(columns)
 
 
 def read_curves(sweep_dir: str | Path, metric: str = "train_loss") -> tuple[list[Curve], list[str]]:

@@ -166,4 +166,4 @@ def test_a_full_disk_outside_sesames_atomic_writes_is_one_line(capsys, code):
         raise OSError(code, os.strerror(code), "/runs/x/logs/metrics.csv")
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err
-    assert err.startswith(f"error: cannot write /runs/x/logs/metrics.csv: ") and "Fix:" in err
+    assert err.startswith("error: cannot write /runs/x/logs/metrics.csv: ") and "Fix:" in err

@@ -13,7 +13,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.evaluation import evaluate
 from sesame.tasks.resolvers import register_resolvers
 
 register_resolvers()
@@ -21,6 +20,10 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
+    from sesame.tasks.evaluation import evaluate  # torch and Lightning: not for --help (see cli/train.py)
+    from sesame.tasks.known_noise import lightning_lines_once
+
+    lightning_lines_once()
     hydra_cfg = HydraConfig.get()
     run_dir = hydra_cfg.runtime.output_dir
     with user_errors_are_messages():

@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-best", type=int, default=0, metavar="K", help="QA: list the K best answers (\"nbest\")")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a head.* / data.* / encoder.* setting of the model (repeatable)")
+    parser.add_argument("--int8", action="store_true",
+                        help="run in int8: an ONNX folder's model.int8.onnx (sesame-export --int8), or a run's linear "
+                             "layers quantised to dynamic int8 on load (CPU; as sesame-compress quantize)")
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
                           help="show a progress bar on stderr (default: when INPUT is a file and stderr a terminal)")
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> None:
         raise MissingFileError(f"INPUT {args.input!r}: no such file (give a JSON-lines file, or - for stdin)")
     if args.input == "-":
         readable_stdin()  # a closed stdin fails before the model loads
-    runner = runner_for(args.model, parse_overrides(args.overrides))
+    runner = runner_for(args.model, parse_overrides(args.overrides), int8=args.int8)
     kwargs: dict[str, Any] = {"batch_size": args.batch_size}
     if args.n_best:
         task = runner.cfg["task"]["name"]

@@ -14,6 +14,9 @@ line per variant, the mean over its seeds (with a min-max band when there are se
 the variant's overrides -> curves_METRIC.png (needs matplotlib: pip install 'sesame[plot]') and
 curves_METRIC.csv (the drawn values). Jobs without that log are named and left out. Set
 trainer.log_every_n_steps=1 in the sweep for a point every step (the default logs every 10).
+--curves with no METRIC lists the values the jobs logged (train_loss, lr_head, grad_norm, val_*, ...).
+
+Every --multirun ends by writing this table into its sweep folder (conf/config.yaml: hydra.callbacks).
 """
 
 from __future__ import annotations
@@ -25,19 +28,13 @@ from pathlib import Path
 from sesame.tasks.atomic_files import write_text_atomic
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.errors import MissingFileError
-from sesame.tasks.sweep_report import (Curve, bar_chart, csv_table, curve_figure, curves_csv, main_metric, markdown_table,
-                                       read_curves, read_jobs, save_figure, variants)
+from sesame.tasks.sweep_report import Curve, curve_figure, curves_csv, logged_columns, read_curves, save_figure, write_table_report
 
 
 def _table(args: argparse.Namespace, out: Path) -> list[Path]:
-    jobs = read_jobs(args.sweep_dir)
-    metric = main_metric(jobs, args.metric)
-    rows = variants(jobs, metric)
-    table = markdown_table(rows, metric)
-    written = [write_text_atomic(out / "report.md", table), write_text_atomic(out / "report.csv", csv_table(rows, metric))]
-    chart = bar_chart(rows, metric, out / "report.png")
+    table, written = write_table_report(args.sweep_dir, out, args.metric)
     print(table)
-    return written + ([chart] if chart else [])
+    return written
 
 
 def _curves(args: argparse.Namespace, metric: str, curves: list[Curve], out: Path) -> list[Path]:
@@ -61,9 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("sweep_dir", type=Path, help="a --multirun folder (holds one sub-folder per job)")
     parser.add_argument("--metric", help="metric to sort and plot by (default: the task's main metric)")
     parser.add_argument("--out", type=Path, help="folder to write report.* and curves_* into (default: the sweep folder)")
-    parser.add_argument("--curves", nargs="+", action="extend", metavar="METRIC", default=[],
+    parser.add_argument("--curves", nargs="*", action="extend", metavar="METRIC", default=None,
                         help="also draw these logged values (e.g. train_loss) against the step, one line per variant, "
-                             "from each job's logs/metrics.csv: curves_METRIC.png and curves_METRIC.csv")
+                             "from each job's logs/metrics.csv: curves_METRIC.png and curves_METRIC.csv; "
+                             "--curves alone lists the values the jobs logged")
     parser.add_argument("--smooth", type=int, default=1, metavar="N",
                         help="draw each curve as a trailing moving average of N logged points, the raw values faint "
                              "behind it (default 1: raw; the CSV always holds the raw values)")
@@ -72,6 +70,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.smooth < 1:
         parser.error(f"--smooth {args.smooth}: the window is a number of logged points, at least 1")
     with user_errors_are_messages():
+        if args.curves == []:  # --curves without a metric: which ones there are
+            print(f"values logged in {args.sweep_dir}/*/logs/metrics.csv (draw one with --curves NAME):")
+            print("\n".join(f"  {column}" for column in logged_columns(args.sweep_dir)))
+            return
+        args.curves = args.curves or []
         out = args.out or args.sweep_dir
         curves = {}
         for metric in args.curves:  # read first: a metric no job logged fails before anything is written

@@ -20,13 +20,18 @@ from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.distributed import is_main_process
 from sesame.tasks.encoder_store import SHARED_ENCODERS
 from sesame.tasks.resolvers import register_resolvers
-from sesame.tasks.runner import train
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="config")
 def _main(cfg: DictConfig) -> float | None:
+    # Imported here, not at the top: torch, Lightning and transformers take seconds to import, and
+    # --help, --cfg job and a bad override never need them.
+    from sesame.tasks.known_noise import lightning_lines_once
+    from sesame.tasks.runner import train
+
+    lightning_lines_once()
     run_dir = HydraConfig.get().runtime.output_dir
     share_sweep_dir()
     hydra_cfg = HydraConfig.get()

@@ -38,6 +38,7 @@ from torch import nn
 from sesame.heads.masking import is_masked
 from sesame.tasks.checkpoints import TrainedModel, load_trained
 from sesame.tasks.compression.int8 import is_quantized
+from sesame.tasks.known_noise import known_noise_silenced
 from sesame.tasks.errors import ConfigError
 from sesame.tasks.export import (as_tuple, check_output_folder, decision_thresholds, is_pair_task, probe_batch,
                                  staged_folder, task_family)
@@ -94,6 +95,7 @@ class OnnxGraph(nn.Module):
         return self.module(batch)
 
 
+@known_noise_silenced()
 def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Tensor], exporter: str = "dynamo",
                  opset: int | None = None) -> None:
     """Write the module's graph to ``path``, traced on ``example``, with dynamic batch and length axes."""

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
@@ -32,6 +31,9 @@ from sesame.tasks.glue.readers import (
     read_table,
 )
 from sesame.tasks.glue.specs import MULTILABEL_METRICS, REGRESSION_METRICS, GlueTaskSpec, glue_spec
+
+if TYPE_CHECKING:  # imported where data is read (tasks/glue/readers.py): not on sesame-predict's path
+    import datasets
 
 # Evaluation splits and the data keys naming their files; MNLI also has a mismatched dev set.
 EVAL_SPLITS = (("validation", "validation_file"), ("validation_mismatched", "validation_mismatched_file"), ("test", "test_file"))
@@ -216,4 +218,6 @@ class TableDataModule(SentenceDataModule):
                                                    first_line)
         else:
             columns["label"] = encode_labels(raw, spec.labels, file, first_line=first_line, column=str(spec.label))
+        import datasets
+
         return datasets.Dataset.from_dict(columns)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 from sesame.tasks.data_files import check_data_file
 from sesame.tasks.errors import DataError
 from sesame.tasks.glue.specs import GlueTaskSpec
+
+if TYPE_CHECKING:  # imported where a file is read: datasets (and pandas under it) take a second to import,
+    import datasets  # and sesame-predict, which imports this module but reads no file, never needs them
 
 csv.field_size_limit(1 << 24)
 
@@ -68,6 +70,8 @@ def read_glue_tsv(path: str | Path, spec: GlueTaskSpec, require_labels: bool = T
     if col_b is not None:
         columns["text_b"] = text_b
     columns["label"] = encode_labels(labels, spec.labels, path, first_line, spec.label_range)
+    import datasets
+
     return datasets.Dataset.from_dict(columns)
 
 
@@ -168,6 +172,8 @@ def read_table(
             kwargs["converters"] = {label_column: str}  # as written: "1|2", "3" and "" alike
     else:
         raise DataError(f"{path}: unknown format {suffix!r}; use .csv, .tsv or .jsonl")
+    import datasets
+
     try:
         table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as err:  # datasets wraps parser errors in several types

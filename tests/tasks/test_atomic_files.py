@@ -30,7 +30,7 @@ def test_checkpoint_io_writes_a_loadable_file_in_one_piece(tmp_path):
 def test_a_refused_write_names_the_file_and_keeps_the_previous_one(tmp_path, code, words):
     path = write_json_atomic(tmp_path / "metrics.json", {"f1": 1.0})
     with pytest.raises(WriteError) as info:
-        with atomic_open(path) as handle:
+        with atomic_open(path):
             raise OSError(code, os.strerror(code))  # what handle.write raises on a full disk
     message = str(info.value)
     assert isinstance(info.value, UserError)

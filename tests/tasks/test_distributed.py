@@ -130,7 +130,9 @@ def test_a_ddp_sweep_runs_each_job_once_per_rank_and_writes_once(tiny_bert_dir, 
         check=True, capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )
     sweep = tmp_path / "sweep"
-    assert sorted(p.name for p in sweep.iterdir()) == [".ddp_rank_1", "0", "1", "multirun.yaml"]
+    # report.*: the sweep summary (tasks/cli/sweep_summary.py), written by rank 0 only
+    assert sorted(p.name for p in sweep.iterdir() if not p.name.startswith("report.")) == [".ddp_rank_1", "0", "1", "multirun.yaml"]
+    assert (sweep / "report.md").is_file() and out.stdout.count("sweep summary") == 1
     assert [p.name for p in (sweep / ".ddp_rank_1").iterdir()] == ["multirun.yaml"]  # rank 1's own bookkeeping
     assert "train_ddp_process" not in (sweep / "multirun.yaml").read_text()  # rank 0's, not overwritten
     for job in ("0", "1"):

@@ -133,3 +133,20 @@ def test_the_progress_bar_is_rich_when_shown_and_absent_when_off(make_cfg, tmp_p
 def test_a_run_with_the_rich_progress_bar_trains(make_cfg, tmp_path):
     metrics = train(make_cfg("trainer.enable_progress_bar=true"), tmp_path)
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+
+
+def test_learning_rates_and_gradient_norm_go_to_every_logger(make_cfg, tmp_path):
+    require("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(make_cfg("logger=tensorboard", "finetune.warmup_ratio=0.5"), tmp_path)  # trainer=debug: 4 steps, a log each
+    with open(tmp_path / "logs" / "metrics.csv", newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("grad_norm")]
+    assert len(rows) == 4
+    encoder_lr = [float(row["lr_encoder"]) for row in rows]
+    peak = encoder_lr.index(max(encoder_lr))
+    assert encoder_lr[0] < encoder_lr[peak] > encoder_lr[-1] and 0 < peak < 3  # linear warm-up, then decay
+    assert float(rows[peak]["lr_head"]) > encoder_lr[peak]  # each group's own rate (finetune.head_lr)
+    assert all(float(row["grad_norm"]) > 0 for row in rows)
+    tags = EventAccumulator(str(tmp_path / "logs")).Reload().Tags()["scalars"]
+    assert {"lr_encoder", "lr_head", "grad_norm"} <= set(tags)

@@ -172,20 +172,20 @@ def test_the_progress_bar_counts_inputs_on_stderr(sst2_runner, capsys):
 
 
 def test_an_onnx_folder_is_run_by_the_onnx_runner(sst2_runner, tmp_path, monkeypatch):
-    """A folder with model.onnx goes to tasks/export/onnx_runner.py's OnnxRunner.from_folder(path, overrides);
+    """A folder with model.onnx goes to tasks/export/onnx_runner.py's OnnxRunner.from_folder(path, overrides, int8=...);
     any ModelRunner then predicts (here a stand-in that runs the torch model)."""
     calls = []
 
     class FakeOnnxRunner:
         @classmethod
-        def from_folder(cls, path, overrides):
-            calls.append((path, overrides))
+        def from_folder(cls, path, overrides, int8):
+            calls.append((path, overrides, int8))
             return sst2_runner
 
     monkeypatch.setitem(sys.modules, "sesame.tasks.export.onnx_runner", types.SimpleNamespace(OnnxRunner=FakeOnnxRunner))
     (tmp_path / "model.onnx").write_bytes(b"")
     predictor = Predictor.from_run(tmp_path, overrides={"data.eval_batch_size": 4})
-    assert calls == [(tmp_path, {"data.eval_batch_size": 4})]
+    assert calls == [(tmp_path, {"data.eval_batch_size": 4}, False)]
     assert predictor([{"text": "good"}])[0]["label"] in ("0", "1")
 
 

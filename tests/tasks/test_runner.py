@@ -145,3 +145,17 @@ def test_a_run_whose_final_step_is_never_validated_says_so_and_still_saves_best(
     assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] == 4 == metrics["best_step"]
     assert "optimizer_states" not in torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
     assert "val_accuracy" in metrics  # the final weights, validated after fit
+
+
+def test_step_based_evaluation_and_checkpoints(make_cfg, tmp_path, monkeypatch):
+    """README "Training options": validate (and so update best.ckpt / last.ckpt) every N optimiser steps,
+    and write last.ckpt every M steps, the example's settings."""
+    import csv
+
+    calls = count_validations(monkeypatch)
+    run = tmp_path / "run"
+    train(make_cfg("trainer.val_check_interval=2", "checkpoint.every_n_train_steps=2"), run)  # trainer=debug: 4 steps
+    assert calls[:2] == [2, 4]  # fit's validations (then the best checkpoint's, when it is not the final weights)
+    with open(run / "logs" / "metrics.csv", newline="") as handle:
+        assert [int(r["step"]) for r in csv.DictReader(handle) if r.get("val_accuracy")][:2] == [1, 3]
+    assert {p.name for p in (run / "checkpoints").iterdir()} >= {"best.ckpt", "last.ckpt"}

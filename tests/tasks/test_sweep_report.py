@@ -57,9 +57,9 @@ def test_unfinished_jobs_are_left_out_and_an_empty_sweep_is_an_error(tmp_path):
         read_jobs(tmp_path / "1")
 
 
-def test_a_real_multirun_writes_every_job_folder(tiny_bert_dir, tmp_path):
+def test_a_real_multirun_writes_every_job_folder_and_ends_with_the_sweep_summary(tiny_bert_dir, tmp_path, capsys):
     sweep = tmp_path / "sweep"
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "pooling=cls,mean", "finetune=frozen",
          f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.enable_progress_bar=false",
          "data.max_train_examples=64", "data.max_eval_examples=64", f"hydra.sweep.dir={sweep}"],
@@ -71,6 +71,21 @@ def test_a_real_multirun_writes_every_job_folder(tiny_bert_dir, tmp_path):
     assert main_metric(read_jobs(sweep)) == "val_accuracy"  # task.main_metric of the jobs' config.yaml
     rows = variants(read_jobs(sweep), "val_accuracy")
     assert sorted(r.overrides for r in rows) == ["pooling=cls", "pooling=mean"]
+    # The sweep's summary (conf/config.yaml: hydra.callbacks.sweep_report), printed and written when it ends
+    table = (sweep / "report.md").read_text()
+    assert "| pooling=cls |" in table and "| pooling=mean |" in table and {"report.csv"} <= {p.name for p in sweep.iterdir()}
+    assert done.stdout.rstrip().endswith(f"wrote {sweep / 'report.md'}, {sweep / 'report.csv'}" +
+                                         (f", {sweep / 'report.png'}" if (sweep / "report.png").exists() else ""))
+    assert table in done.stdout
+    # Lightning's known noise is not on stderr (tasks/known_noise.py); its own lines are printed once each, by Hydra's log
+    for noise in ("litlogger", "LeafSpec", "in eval mode", "INFO: GPU available"):
+        assert noise not in done.stderr, noise
+    assert done.stdout.count("GPU available: False") == 2  # once per job
+    # --curves without a metric lists what the jobs logged
+    report_main([str(sweep), "--curves"])
+    listed = capsys.readouterr().out.split()
+    assert {"train_loss", "lr_head", "grad_norm", "val_accuracy", "val_loss"} <= set(listed)
+    assert "epoch" not in listed and "step" not in listed and not (sweep / "curves_train_loss.csv").exists()
 
 
 def test_optuna_search_runs_trials_and_reports_the_best(tiny_bert_dir, tmp_path):
@@ -200,7 +215,7 @@ def test_jobs_without_a_csv_log_are_named_and_left_out(init_sweep, tmp_path, cap
     assert len(skipped) == 1 and f"job {jobs['random', '2'].name} (encoder.init=random) left out" in skipped[0]
     assert "no logs/metrics.csv" in skipped[0]
 
-    with pytest.raises(ConfigError, match=r"no column 'train_los'; it logged \['train_loss', 'val_accuracy'"):
+    with pytest.raises(ConfigError, match=r"no column 'train_los'; it logged \[.*'train_loss', 'val_accuracy'"):
         read_log(jobs["random", "1"], "train_los")
     for job in jobs.values():
         (job / "logs" / "metrics.csv").unlink(missing_ok=True)
@@ -213,3 +228,16 @@ def test_jobs_without_a_csv_log_are_named_and_left_out(init_sweep, tmp_path, cap
     assert "no job has a train_loss curve" in err and "no logs/metrics.csv" in err
     with pytest.raises(SystemExit):  # a window of 0 points is refused by the parser
         report_main([str(sweep), "--curves", "train_loss", "--smooth", "0"])
+
+
+def test_the_sweep_summary_is_a_hydra_callback_that_can_be_turned_off():
+    from hydra import compose, initialize_config_module
+    from hydra.utils import get_class
+
+    from sesame.tasks.cli.sweep_summary import SweepSummary
+
+    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+        on = compose(config_name="config", return_hydra_config=True)
+        off = compose(config_name="config", overrides=["~hydra.callbacks.sweep_report"], return_hydra_config=True)
+    assert get_class(on.hydra.callbacks.sweep_report._target_) is SweepSummary
+    assert dict(off.hydra.callbacks) == {}

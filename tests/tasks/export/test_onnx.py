@@ -167,3 +167,24 @@ def test_sesame_predict_on_the_onnx_folder_gives_the_run_folders_predictions(tra
         else:
             assert o["tags"] == t["tags"] and o["tokens"] == t["tokens"]
             assert [e["text"] for e in o["entities"]] == [e["text"] for e in t["entities"]]
+
+
+def test_sesame_predict_int8_runs_the_int8_graph_or_quantises_a_run(trained_run, exported, tmp_path, capsys):
+    import json
+
+    from sesame.tasks.cli.predict import main
+    from sesame.tasks.compression.int8 import count_quantized_linear
+    from sesame.tasks.export.onnx_runner import OnnxRunner
+    from sesame.tasks.predictor import Predictor, runner_for
+
+    folder, _ = exported("glue")
+    inputs = _raw_inputs("glue")
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8")
+    main([str(folder), str(source), "--int8"])
+    got = [json.loads(line)["probabilities"] for line in capsys.readouterr().out.splitlines()]
+    int8 = [o["probabilities"] for o in Predictor.from_runner(OnnxRunner.from_folder(folder, int8=True))(inputs)]
+    fp32 = [o["probabilities"] for o in Predictor.from_run(folder)(inputs)]
+    assert got == int8 and got != fp32  # model.int8.onnx, not model.onnx
+    quantized, plain = count_quantized_linear(runner_for(trained_run("glue"), int8=True).module)
+    assert quantized > 0 and plain == 0  # a run folder: its linear layers in dynamic int8

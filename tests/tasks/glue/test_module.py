@@ -86,3 +86,18 @@ def test_mnli_scores_matched_and_mismatched(make_cfg, tmp_path):
     for name in ("val_MNLI-m.tsv", "val_mm_MNLI-mm.tsv"):
         lines = (tmp_path / "run" / name).read_text().splitlines()
         assert len(lines) == 13 and lines[1].split("\t")[1] in ("contradiction", "entailment", "neutral")
+
+
+def test_label_names_set_the_order_and_names_of_a_tables_labels(make_cfg, tmp_path):
+    """README "Training options": data.label_names fixes the class ids (the order of class weights and of
+    the predictions' probabilities) instead of the sorted label values of the training file."""
+    from sesame.tasks.predictor import Predictor
+
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("\n".join('{"review": "%s", "stars": "%s"}' % (t, s) for t, s in [("great film", "good"), ("dull", "bad"), ("fine", "meh")] * 4))
+    cfg = make_cfg("task=text_classification", f"data.train_file={path}", f"data.validation_file={path}",
+                   "data.text_column=review", "data.label_column=stars", "data.label_names=[meh,good,bad]")
+    train(cfg, tmp_path / "run")
+    assert "label_names:\n  - meh\n  - good\n  - bad" in (tmp_path / "run" / "config.yaml").read_text()
+    [out] = Predictor.from_run(tmp_path / "run")([{"text": "fine"}])
+    assert list(out["probabilities"]) == ["meh", "good", "bad"]
