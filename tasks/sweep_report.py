@@ -113,7 +113,8 @@ def csv_table(rows: list[Variant], metric: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, metric: str | None = None) -> tuple[str, list[Path]]:
+def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, metric: str | None = None,
+                       title: str | None = None) -> tuple[str, list[Path]]:
     """The sweep's table: ``report.md``, ``report.csv`` and (with matplotlib) ``report.png`` in ``out``
     (default: the sweep folder), ranked by ``metric`` (default: the task's main metric). Returns the
     Markdown table and the files written (``sesame-report``, and the end of every ``--multirun``)."""
@@ -123,11 +124,16 @@ def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, met
     rows = variants(jobs, metric)
     table = markdown_table(rows, metric)
     written = [write_text_atomic(out / "report.md", table), write_text_atomic(out / "report.csv", csv_table(rows, metric))]
-    chart = bar_chart(rows, metric, out / "report.png")
+    chart = bar_chart(rows, metric, out / "report.png", title=title)
     return table, written + ([chart] if chart else [])
 
 
-def bar_chart(rows: list[Variant], metric: str, path: Path) -> Path | None:
+def bar_figure(rows: list[Variant], metric: str, title: str | None = None):
+    """A horizontal bar per variant, best at the top: the bar is the mean of ``metric`` over the
+    variant's seeds, the whiskers ±1 sample standard deviation (drawn where a variant has several
+    seeds), the value axis starts at 0 (so bar lengths compare), and each bar is labelled
+    ``mean ± std (n=seeds)`` beyond its whisker's end. A caption under the axes says all that.
+    None without matplotlib."""
     try:
         import matplotlib
 
@@ -135,18 +141,41 @@ def bar_chart(rows: list[Variant], metric: str, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
-    labels = [r.overrides for r in rows][::-1]
-    ax.barh(labels, [r.mean for r in rows][::-1], xerr=[r.std for r in rows][::-1], color="#4C72B0")
-    low = min(r.mean - r.std for r in rows)
-    ax.set_xlim(max(0.0, low - 0.05 * abs(low) - 0.02), None)
+    rows = rows[::-1]  # barh draws bottom-up: best at the top
+    several = any(len(r.values) > 1 for r in rows)
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 2.2))
+    ax.barh([r.overrides for r in rows], [r.mean for r in rows], color="#4C72B0",
+            xerr=[r.std for r in rows] if several else None, capsize=3, error_kw={"elinewidth": 1, "ecolor": "black"})
+    ends = [(r.mean - r.std, r.mean + r.std) for r in rows]
+    low, high = min(0.0, *(lo for lo, _ in ends)), max(0.0, *(hi for _, hi in ends))
+    pad = 0.02 * (high - low or 1.0)
+    for y, r in enumerate(rows):
+        label = f"{r.mean:.3f} ± {r.std:.3f} (n={len(r.values)})" if several else f"{r.mean:.3f}"
+        right = r.mean >= 0  # the label goes past the whisker's end, on the bar's side of 0
+        ax.text(r.mean + r.std + pad if right else r.mean - r.std - pad, y, label, va="center",
+                ha="left" if right else "right", fontsize=8)
+    # Room for the labels (about a third of the data's span) on the side the bars grow to.
+    room = 0.35 * (high - low or 1.0)
+    ax.set_xlim(low - (room if low < 0 else 0.0), high + (room if high > 0 else 0.0))
+    ax.axvline(0.0, color="black", linewidth=0.8)
     ax.set_xlabel(metric)
-    for y, r in enumerate(rows[::-1]):
-        ax.text(r.mean, y, f" {r.mean:.3f}", va="center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    ax.set_title(title or f"{metric} per variant")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    if several:
+        caption = (f"Bars: mean {metric} over each variant's seeds (n = runs per variant); whiskers: ±1 sample "
+                   "standard deviation over those runs (none for n=1). Bars start at 0 (the axis is not cut).")
+    else:
+        caption = f"Bars: {metric} of one run per variant (one seed each, so no spread to show). Bars start at 0 (the axis is not cut)."
+    fig.text(0.01, 0.01, caption, fontsize=7.5, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def bar_chart(rows: list[Variant], metric: str, path: Path, title: str | None = None) -> Path | None:
+    """:func:`bar_figure` written to ``path`` as PNG; None (nothing written) without matplotlib."""
+    fig = bar_figure(rows, metric, title)
+    return None if fig is None else save_figure(fig, path)
 
 
 # --- training curves -------------------------------------------------------------------------------------

@@ -119,6 +119,32 @@ def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, no
     assert (run_dir / "metrics.json").read_text() == '{"kept": 1}'
 
 
+@pytest.mark.parametrize("preset, relative, key", [("rte", "rte/train.tsv", "train_file"),
+                                                  ("squad_v2", "squad_v2.0/dev-v2.0.first5articles.json", "validation_file")])
+def test_a_full_data_preset_without_its_files_names_sesame_data_dir(make_cfg, tmp_path, capsys, monkeypatch, preset,
+                                                                      relative, key):
+    """A fresh clone has no data folder: the message says where the preset looked, through which
+    setting, and where the layout is documented."""
+    empty = tmp_path / "data"
+    empty.mkdir()
+    monkeypatch.setenv("SESAME_DATA_DIR", str(empty))
+    task = "squad_v2" if preset.startswith("squad") else "glue"
+    with pytest.raises(SystemExit) as stop, user_errors_are_messages():
+        train(make_cfg(f"task={task}", f"data={preset}"), tmp_path / "run")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    for words in (f"{empty / relative}: no such file (data.{key}", f"$SESAME_DATA_DIR (set to {empty})",
+                  f"Fix: put {relative} there", f"SESAME_DATA_DIR to the folder that holds {relative.split('/')[0]}/",
+                  "README.md, section 'Data'", f"or set data.{key} to your copy"):
+        assert words in err, f"{words!r} not in {err!r}"
+
+    monkeypatch.delenv("SESAME_DATA_DIR")  # the default folder, relative to where the command runs
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit), user_errors_are_messages():
+        train(make_cfg(f"task={task}", f"data={preset}"), tmp_path / "run2")
+    assert f"$SESAME_DATA_DIR (not set: the default ../shared/data, from {tmp_path})" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "override, words",
     [("fusion=penultimate", ["fusion", "penultimate"]), ("trainer.max_epoch=3", ["max_epoch"]), ("finetune.lr=1", ["lr"])],

@@ -31,16 +31,19 @@ from sesame.tasks.errors import MissingFileError
 from sesame.tasks.sweep_report import Curve, curve_figure, curves_csv, logged_columns, read_curves, save_figure, write_table_report
 
 
+def _title(args: argparse.Namespace) -> str:
+    return args.title if args.title is not None else "/".join(Path(args.sweep_dir).resolve().parts[-2:])
+
+
 def _table(args: argparse.Namespace, out: Path) -> list[Path]:
-    table, written = write_table_report(args.sweep_dir, out, args.metric)
+    table, written = write_table_report(args.sweep_dir, out, args.metric, title=_title(args))
     print(table)
     return written
 
 
 def _curves(args: argparse.Namespace, metric: str, curves: list[Curve], out: Path) -> list[Path]:
     written = [write_text_atomic(out / f"curves_{metric}.csv", curves_csv(curves, metric))]
-    title = args.title if args.title is not None else "/".join(Path(args.sweep_dir).resolve().parts[-2:])
-    fig = curve_figure(curves, metric, args.smooth, title=title)
+    fig = curve_figure(curves, metric, args.smooth, title=_title(args))
     if fig is None:
         print(f"note: no matplotlib, so no curves_{metric}.png (pip install 'sesame[plot]'); the values are in "
               f"curves_{metric}.csv", file=sys.stderr)
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smooth", type=int, default=1, metavar="N",
                         help="draw each curve as a trailing moving average of N logged points, the raw values faint "
                              "behind it (default 1: raw; the CSV always holds the raw values)")
-    parser.add_argument("--title", help="title of the curves chart (default: the sweep folder's last two names)")
+    parser.add_argument("--title", help="title of the charts (default: the sweep folder's last two names)")
     args = parser.parse_args(argv)
     if args.smooth < 1:
         parser.error(f"--smooth {args.smooth}: the window is a number of logged points, at least 1")

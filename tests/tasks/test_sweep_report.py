@@ -11,7 +11,8 @@ import yaml
 
 from sesame.tasks.cli.report import main as report_main
 from sesame.tasks.errors import ConfigError, MissingFileError
-from sesame.tasks.sweep_report import curve_figure, main_metric, read_curves, read_jobs, read_log, smooth, variants
+from sesame.tasks.sweep_report import (Variant, bar_figure, curve_figure, main_metric, read_curves, read_jobs, read_log,
+                                       smooth, variants)
 from tests.conftest import require
 
 
@@ -46,6 +47,37 @@ def test_the_report_draws_a_bar_chart_with_the_plot_extra(tmp_path):
     report_main([str(tmp_path)])
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "report.png").stat().st_size > 1000
+
+
+def test_the_bar_chart_starts_at_0_labels_past_the_whiskers_and_says_what_it_shows():
+    require("matplotlib")
+    rows = [Variant("pooling=mean", [0.80, 0.84, 0.83], ["0", "1", "2"]), Variant("pooling=cls", [0.46, 0.60], ["3", "4"]),
+            Variant("pooling=max", [-0.10, -0.02], ["5", "6"])]
+    fig = bar_figure(rows, "val_matthews", title="glue/sweep")
+    ax = fig.axes[0]
+    low, high = ax.get_xlim()
+    assert low <= -0.10 and high >= 0.84  # nothing cut: every bar is drawn from 0
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["pooling=max", "pooling=cls", "pooling=mean"]  # best on top
+    labels = {round(t.get_position()[1]): t for t in ax.texts}
+    fig.canvas.draw()
+    for y, row in enumerate(rows[::-1]):
+        text = labels[y]
+        assert text.get_text() == f"{row.mean:.3f} ± {row.std:.3f} (n={len(row.values)})"
+        box = text.get_window_extent().transformed(ax.transData.inverted())
+        if row.mean >= 0:  # the label starts past the whisker's end, never across it
+            assert box.x0 > row.mean + row.std
+        else:
+            assert box.x1 < row.mean - row.std
+        assert low <= box.x0 and box.x1 <= high  # and stays inside the axes
+    assert ax.get_title() == "glue/sweep"
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "mean val_matthews over each variant's seeds" in caption and "±1 sample standard deviation" in caption
+    assert "n = runs per variant" in caption and "start at 0" in caption
+
+    one_seed = bar_figure([Variant("pooling=cls", [0.7], ["0"]), Variant("pooling=mean", [0.6], ["1"])], "val_accuracy")
+    assert [t.get_text() for t in one_seed.axes[0].texts] == ["0.600", "0.700"]  # no spread to claim
+    assert "one run per variant" in one_seed.texts[0].get_text()
+    assert one_seed.axes[0].get_xlim()[0] == 0.0
 
 
 def test_unfinished_jobs_are_left_out_and_an_empty_sweep_is_an_error(tmp_path):

@@ -1,0 +1,300 @@
+"""Every command in a fenced ```bash block of README.md runs on a fresh clone, or says beside it what it needs.
+
+A fresh clone has the slices shipped in ``data/`` and no ``$SESAME_DATA_DIR`` (here: an empty folder).
+Each command is one of:
+
+- marked with a trailing ``# needs ...`` comment: it needs data or something else a clone lacks. The
+  marker must name every ``$SESAME_DATA_DIR/<folder>`` the command reads (from its composed config, or
+  a benchmark's ``TASKS``), and the command's arguments must parse (Hydra's compose for sesame-train /
+  sesame-eval, every job of a ``--multirun``; the benchmark's ``parse_args``);
+- ``make <target>``: the target exists (``make -n``); ``make run`` / ``make test`` install and run
+  everything, which this test cannot do from inside the suite;
+- anything else: run for real with bash in a workspace holding ``data/`` and ``benchmarks/``, small
+  limits appended (the tiny encoder, ``trainer=debug``, a few examples), ``$SESAME_DATA_DIR`` empty.
+  ``outputs/<task>/<run>`` and ``multirun/.../<time>`` are run and sweep folders made once by fixtures;
+  the commands of one block run in order (``sesame-compress`` makes what the distillation reads).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DATA_DIR_MARK = "/sesame-data-dir"  # $SESAME_DATA_DIR while composing: files under it are the preset's
+NEEDS = re.compile(r"^needs\s+\S")
+HYDRA_CONFIGS = {"sesame-train": "config", "sesame-eval": "eval"}
+#: Programs a marked command may start with although no dry parse exists for them, and why.
+UNPARSED = {"tensorboard": "a server that runs until Ctrl-C; not sesame's"}
+#: Arguments appended to a benchmark run: the tiny encoder, one task, sesame against the reference only.
+SCRIPT_LIMITS = {"benchmarks/train_speed.py": ["--tasks", "sst2", "--arms", "sesame", "--encoder", "{tiny}"]}
+#: Appended to sesame-train where the command does not set the key itself.
+TRAIN_LIMITS = {"encoder.name_or_path": "{tiny}", "trainer": "debug", "trainer.enable_progress_bar": "false",
+                "data.max_train_examples": "32", "data.max_eval_examples": "32"}
+EVAL_LIMITS = {"trainer.enable_progress_bar": "false", "data.max_eval_examples": "32"}
+
+
+@dataclass(frozen=True)
+class Command:
+    text: str  # continuations joined, the trailing comment removed
+    comment: str  # the trailing comment's text, "" if none
+    line: int  # README line where it starts
+
+    @property
+    def needs(self) -> str | None:
+        return self.comment if NEEDS.match(self.comment) else None
+
+    @property
+    def words(self) -> list[str]:
+        return shlex.split(self.text)
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line}: {self.text}"
+
+
+def split_comment(line: str) -> tuple[str, str]:
+    """``line`` without its trailing ``# comment`` (a ``#`` after white space, outside quotes), and the comment."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip(), line[i + 1:].strip()
+    return line.rstrip(), ""
+
+
+def readme_commands(text: str) -> list[Command]:
+    """The commands of every ```bash block. In a block with ``$ `` prompts only the prompted lines (and
+    their continuations) are commands, the rest is output; elsewhere every line but blanks and comments."""
+    commands: list[Command] = []
+    block: list[tuple[int, str]] | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if block is None:
+            if stripped.startswith("```bash"):
+                block = []
+            continue
+        if stripped.startswith("```"):
+            commands += _block_commands(block)
+            block = None
+        else:
+            block.append((number, stripped))
+    assert block is None, "README.md: a ```bash block is not closed"
+    return commands
+
+
+def _block_commands(block: list[tuple[int, str]]) -> list[Command]:
+    prompted = any(line.startswith("$ ") for _, line in block)
+    commands, parts, start = [], [], 0
+    for number, line in block:
+        if not parts:  # not inside a continued command
+            if prompted and not line.startswith("$ "):
+                continue  # output
+            line = line[2:] if prompted else line
+            if not line or line.startswith("#"):
+                continue
+            start = number
+        if line.endswith("\\"):
+            parts.append(line[:-1].strip())
+            continue
+        text, comment = split_comment(line)
+        commands.append(Command(" ".join([*parts, text.strip()]), comment, start))
+        parts = []
+    return commands
+
+
+COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+UNIQUE = list({c.text: c for c in COMMANDS}.values())  # a command shown twice runs once
+MARKED = [c for c in UNIQUE if c.needs]
+MAKE = [c for c in UNIQUE if not c.needs and c.words[0] == "make"]
+RUN = [c for c in UNIQUE if not c.needs and c.words[0] != "make"]
+
+
+def test_the_readme_parser_reads_prompts_continuations_comments_and_output():
+    text = "\n".join([
+        "```bash", "sesame-train a=1 \\", "    b='x # y'   # needs $SESAME_DATA_DIR/rte", "# a comment line", "", "```",
+        "```", "not bash", "```",
+        "  ```bash", "  $ echo hi | sesame-predict run \\", "      --n-best 2", "  {\"out\": 1}", "  $ make test", "  ```",
+    ])
+    assert readme_commands(text) == [Command("sesame-train a=1 b='x # y'", "needs $SESAME_DATA_DIR/rte", 2),
+                                      Command("echo hi | sesame-predict run --n-best 2", "", 11),
+                                      Command("make test", "", 14)]
+    assert Command("x", "needs a GPU", 1).needs and not Command("x", "official EM/F1", 1).needs
+    assert len(COMMANDS) > 30 and MARKED and MAKE and RUN  # the README's own blocks were read
+
+
+# --- what a marked command needs, and that its arguments parse ----------------------------------------
+
+
+def hydra_jobs(words: list[str]) -> list[list[str]]:
+    """The override list of every job a sesame-train / -eval command line starts (one without --multirun)."""
+    overrides = [w for w in words[1:] if w not in ("--multirun", "-m")]
+    loader = GlobalHydra.instance().config_loader()
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(overrides)
+    for override in parsed:
+        override.config_loader = loader  # glob(*) lists the group's options through it
+    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+               else [o.input_line] for o in parsed]
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def data_dir_folders(words: list[str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The ``$SESAME_DATA_DIR`` folders a command reads: composed (every job), or a benchmark's ``TASKS``."""
+    if words[0] in HYDRA_CONFIGS:
+        monkeypatch.setenv("SESAME_DATA_DIR", DATA_DIR_MARK)
+        folders = set()
+        with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+            for job in hydra_jobs(words):
+                data = OmegaConf.to_container(compose(config_name=HYDRA_CONFIGS[words[0]], overrides=job).data,
+                                              resolve=True)
+                folders |= {v[len(DATA_DIR_MARK) + 1:].split("/")[0] for k, v in data.items()
+                            if k.endswith("_file") and isinstance(v, str) and v.startswith(DATA_DIR_MARK + "/")}
+        return folders
+    if words[:2] == ["python", words[1]] and words[1].startswith("benchmarks/"):
+        script = load_script(words[1])
+        args = script.parse_args(words[2:])
+        return {f.split("/")[0] for t in args.tasks for f in script.TASKS[t]["files"]}
+    assert words[0] in UNPARSED, f"no dry parse for {words[0]}: run the command here or add one"
+    return set()
+
+
+def load_script(path: str):
+    sys.path.insert(0, str((REPO / path).parent))
+    spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("command", MARKED, ids=[f"line{c.line}" for c in MARKED])
+def test_a_marked_command_parses_and_names_every_data_folder_it_reads(command, monkeypatch):
+    named = set(re.findall(r"\$SESAME_DATA_DIR/([\w.-]+)", command.needs))
+    needed = data_dir_folders(shlex.split(fill_placeholders(command.text)), monkeypatch)
+    assert needed <= named, f"{command}: the marker '# {command.needs}' does not name " + \
+        ", ".join(f"$SESAME_DATA_DIR/{f}" for f in sorted(needed - named))
+    assert named <= needed or not needed, f"{command}: the marker names folders the command does not read"
+    assert needed or not named, f"{command}: reads nothing under $SESAME_DATA_DIR; the marker should say what it needs"
+
+
+@pytest.mark.parametrize("command", MAKE, ids=[f"line{c.line}" for c in MAKE])
+def test_a_make_command_names_a_target_of_the_makefile(command):
+    out = subprocess.run(["make", "-n", *command.words[1:]], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, f"{command}: {out.stderr}"
+
+
+def test_the_data_table_lists_every_file_a_preset_reads(monkeypatch):
+    """The README's layout of $SESAME_DATA_DIR names each data preset and every file it reads there."""
+    readme = README.read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Data\n"):readme.index("\n## ", readme.index("\n## Data\n") + 1)]
+    monkeypatch.setenv("SESAME_DATA_DIR", DATA_DIR_MARK)
+    presets = sorted(p.stem for p in (REPO / "conf" / "data").glob("*.yaml"))
+    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+        for preset in presets:
+            data = OmegaConf.to_container(compose(config_name="config", overrides=[f"data={preset}"]).data,
+                                          resolve=False)
+            files = [re.fullmatch(r"\$\{data_dir:(.+)\}", v).group(1) for k, v in data.items()
+                     if k.endswith("_file") and isinstance(v, str) and v.startswith("${data_dir:")]
+            if not files:
+                continue  # shipped slices, or the user's own files
+            assert f"`{preset}`" in section, f"README.md 'Data' has no row for the preset {preset}"
+            for file in files:
+                folder, name = file.split("/", 1)
+                assert f"`{file}`" in section or (f"`{folder}/" in section and f"/{name}`" in section), \
+                    f"README.md 'Data' does not list {file} (data={preset})"
+
+
+# --- commands that run ---------------------------------------------------------------------------------
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    empty = tmp / "no_data"
+    empty.mkdir(exist_ok=True)
+    return {**os.environ, "SESAME_DATA_DIR": str(empty), "SESAME_CACHE_DIR": str(tmp / "cache"),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+
+
+def _shell(line: str, workspace: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", line], cwd=workspace, env=_env(workspace.parent), capture_output=True,
+                          text=True, timeout=600)
+
+
+def _limits(words: list[str], limits: dict[str, str], tiny: Path) -> list[str]:
+    keys = {w.split("=", 1)[0].lstrip("+~") for w in words if "=" in w}
+    return [f"{k}={v.format(tiny=tiny)}" for k, v in limits.items() if k not in keys]
+
+
+def fill_placeholders(text: str) -> str:
+    """``<run>``, ``<pooler-run>``, ``<task>`` and a sweep's ``<time>`` as the workspace fixture names them."""
+    text = re.sub(r"multirun/\S*<time>", "multirun/glue/sweep", text)
+    return text.replace("<task>", "glue").replace("<run>", "run").replace("<pooler-run>", "pooler-run")
+
+
+def with_limits(command: Command, tiny: Path, n: int) -> str:
+    """The command line as run here: placeholders filled, small limits appended to a training,
+    evaluation or benchmark, its output folder numbered (two runs in one second would share one)."""
+    text = fill_placeholders(command.text)
+    words = shlex.split(text)
+    extra: list[str] = []
+    if words[0] == "sesame-train":
+        extra = _limits(words, TRAIN_LIMITS, tiny)
+        extra.append(f"hydra.sweep.dir=multirun/readme/{n}" if "--multirun" in words else f"hydra.run.dir=outputs/readme/{n}")
+    elif words[0] == "sesame-eval":
+        extra = [*_limits(words, EVAL_LIMITS, tiny), f"hydra.run.dir=outputs/readme/{n}"]
+    elif words[0] == "python" and words[1] in SCRIPT_LIMITS:
+        extra = [a.format(tiny=tiny) for a in SCRIPT_LIMITS[words[1]]] + ["--out", f"outputs/readme/{n}"]
+    return " ".join([text, *map(shlex.quote, extra)])
+
+
+@pytest.fixture(scope="module")
+def workspace(tiny_bert_dir, tmp_path_factory) -> Path:
+    """A folder like a fresh clone's root (``data/``, ``benchmarks/``) holding a tiny GLUE sweep
+    (``multirun/glue/sweep``, ``pooling=cls,pooler``: its jobs are ``outputs/glue/run``, as ``make run`` makes
+    one, and ``outputs/glue/pooler-run``, which ``--format hf`` exports) and tiny SQuAD and NER runs
+    (``outputs/<task>/run``)."""
+    workspace = tmp_path_factory.mktemp("readme") / "clone"
+    workspace.mkdir()
+    for folder in ("data", "benchmarks"):
+        (workspace / folder).symlink_to(REPO / folder)
+    limits = " ".join(_limits([], TRAIN_LIMITS, tiny_bert_dir) + ["trainer.log_every_n_steps=1"])
+    for line in (f"sesame-train --multirun pooling=cls,pooler {limits} hydra.sweep.dir=multirun/glue/sweep",
+                 f"sesame-train task=squad_v1 {limits} hydra.run.dir=outputs/squad_v1/run",
+                 f"sesame-train task=ner {limits} hydra.run.dir=outputs/ner/run"):
+        out = _shell(line, workspace)
+        assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
+    (workspace / "outputs" / "glue").mkdir()
+    for job, name in (("0", "run"), ("1", "pooler-run")):
+        (workspace / "outputs" / "glue" / name).symlink_to(workspace / "multirun" / "glue" / "sweep" / job)
+    return workspace
+
+
+def test_every_unmarked_command_runs_on_a_fresh_clone(workspace, tiny_bert_dir):
+    """In README order (a block's later commands read what its earlier ones made); each failure is
+    reported with its line, the command as run and its last output."""
+    failures = []
+    for n, command in enumerate(RUN):
+        line = with_limits(command, tiny_bert_dir, n)
+        start = time.monotonic()
+        out = _shell(line, workspace)
+        print(f"{time.monotonic() - start:6.1f} s  {command}")  # pytest -s shows where the time goes
+        if out.returncode != 0:
+            failures.append(f"{command}\n  ran: {line}\n  exit {out.returncode}: {(out.stderr or out.stdout)[-1500:]}")
+    assert not failures, "\n\n".join(failures)
