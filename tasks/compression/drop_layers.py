@@ -79,8 +79,11 @@ def renumber_layers(state_dict: dict[str, torch.Tensor], stack: str, layers: lis
     return out
 
 
-def drop_model_layers(model: PreTrainedModel, layers: list[int]) -> PreTrainedModel:
-    """A new model of the same class with ``num_hidden_layers=len(layers)`` and those layers' weights."""
+def drop_model_layers(model: PreTrainedModel, layers: list[int], pooler: nn.Linear | None = None) -> PreTrainedModel:
+    """A new model of the same class with ``num_hidden_layers=len(layers)`` and those layers' weights.
+
+    ``pooler``: the pooler's dense layer to give the student where ``model``'s was dropped because a
+    ``pooling=pooler`` head holds the trained copy (the student's head is built from its encoder's pooler)."""
     num_layers = int(model.config.num_hidden_layers)
     if family_of(model.config).shared_layers:
         raise shared_layers_error(model.config, "sesame-compress drop-layers",
@@ -95,11 +98,14 @@ def drop_model_layers(model: PreTrainedModel, layers: list[int]) -> PreTrainedMo
         if isinstance(value, (list, tuple)) and len(value) == num_layers:
             setattr(config, attr, [value[i] for i in layers])
     student = type(model)(config).to(model.dtype)
-    if getattr(model, "pooler", "none") is None:  # a trained run's encoder, its unused pooler dropped
+    if getattr(model, "pooler", "none") is None and pooler is None:  # a trained run's encoder, its unused pooler dropped
         student.pooler = None
     stack, _ = find_layer_stack(model, num_layers)
     source = model.state_dict()
     weights = renumber_layers(source, stack, layers)
+    if pooler is not None:
+        weights.update({k: pooler.weight if k.endswith("weight") else pooler.bias
+                        for k in student.state_dict() if k.startswith("pooler.")})
     bottom = f"{stack}.0."
     if layers[0] != 0:
         # Weights only the bottom layer holds stay with the bottom layer: T5's relative position bias,
@@ -142,7 +148,8 @@ def drop_layers(
             raise ConfigError(f"{source} is quantised; drop layers from the float checkpoint")
         model, tokenizer = teacher.encoder.model, trained.tokenizer()
     layers = select_layers(int(model.config.num_hidden_layers), keep, num_keep)
-    student = drop_model_layers(model, layers)
+    head_pooler = teacher.pooling.dense if teacher is not None and teacher.reads_encoder_pooler() else None
+    student = drop_model_layers(model, layers, pooler=head_pooler)
     student.save_pretrained(encoder_dir)
     tokenizer.save_pretrained(encoder_dir)
     report: dict[str, Any] = {

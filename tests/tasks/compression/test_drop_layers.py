@@ -113,3 +113,19 @@ def test_a_head_that_does_not_fit_is_a_clear_error(make_cfg, tmp_path):
         drop_layers(run, tmp_path / "s", keep="every_other")
     report = drop_layers(run, tmp_path / "s2", keep="every_other", encoder_only=True)
     assert report["kept_layers"] == [1, 3] and AutoModel.from_pretrained(tmp_path / "s2" / "encoder").config.num_hidden_layers == 2
+
+
+def test_a_pooler_pooled_run_gives_a_student_that_starts_from_its_trained_pooler_and_trains(make_cfg, tmp_path):
+    # pooling=pooler keeps the trained pooler in the head (the encoder's is dropped); the student's head is
+    # built from its encoder's pooler, so the student encoder must carry the teacher's trained one.
+    tiny = ["data.max_train_examples=16", "data.max_eval_examples=16"]
+    train(make_cfg("pooling=pooler", *tiny), tmp_path / "teacher")
+    drop_layers(tmp_path / "teacher", tmp_path / "student", keep="bottom", num_keep=2)
+    teacher = load_trained(tmp_path / "teacher").module
+    student_encoder = AutoModel.from_pretrained(tmp_path / "student" / "encoder")
+    assert torch.equal(student_encoder.pooler.dense.weight, teacher.pooling.dense.weight)
+    student = load_trained(tmp_path / "student").module
+    assert torch.equal(student.pooling.dense.weight, teacher.pooling.dense.weight)
+    metrics = train(make_cfg("pooling=pooler", *tiny, f"encoder.name_or_path={tmp_path / 'student' / 'encoder'}",
+                             f"distill.teacher={tmp_path / 'teacher'}"), tmp_path / "distilled")
+    assert "val_accuracy" in metrics
