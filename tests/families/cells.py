@@ -49,8 +49,8 @@ def run_settings(name: str, task: str) -> list[str]:
     settings = list(RUN_SETTINGS[task])
     if task == "ner" and DECLARED[name]["top_k"].startswith("no:"):
         settings = ["fusion=last", "finetune=full"]
-    if task == "glue" and DECLARED[name]["cls"].startswith("no:"):
-        settings.append("pooling=mean")
+    if task == "glue":  # the cls path (sesame's default is pooler, which many families lack: tested apart)
+        settings.append("pooling=mean" if DECLARED[name]["cls"].startswith("no:") else "pooling=cls")
     return settings
 
 
