@@ -196,6 +196,25 @@ def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path, s
     save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights, shared=shared)
 
 
+def check_validation_interval(trainer: DictConfig, datamodule: SplitDataModule) -> None:
+    """``trainer.val_check_interval=N`` (batches) must fit in an epoch's training batches, which Lightning
+    checks only once fit has started, as an internal-looking ValueError."""
+    interval = trainer.get("val_check_interval")
+    if not isinstance(interval, int) or isinstance(interval, bool) or trainer.get("check_val_every_n_epoch", 1) is None:
+        return
+    batches = len(datamodule.train_dataloader())
+    limit = trainer.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        batches = min(batches, limit)
+    elif isinstance(limit, float):
+        batches = int(batches * limit)
+    if interval > batches:
+        raise ConfigError(
+            f"trainer.val_check_interval={interval} exceeds the {batches} training batches of an epoch. Fix: a smaller "
+            "number, a fraction of an epoch (e.g. 0.25), or +trainer.check_val_every_n_epoch=null to count batches "
+            "across epochs")
+
+
 def check_trains(trainer: DictConfig) -> None:
     """A training run must train: ``trainer.max_epochs=0`` (without ``max_steps``) would only validate."""
     epochs, steps = trainer.get("max_epochs"), trainer.get("max_steps")
@@ -255,6 +274,8 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -
     attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
     callbacks = attach_distiller(distill, module)
     has_validation = datamodule.has_split("validation")
+    if has_validation:
+        check_validation_interval(cfg.trainer, datamodule)
     trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
                             every_n_train_steps=periodic.every_n_train_steps)
     with sigterm_stops_the_run(run_dir):

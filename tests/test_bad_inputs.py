@@ -72,6 +72,8 @@ CASES = [
     ("glue-task-name-typo", None, None, ["data.task_name=sst-2"], ["data.task_name='sst-2'", "not a GLUE task"]),
     ("unknown-setting", None, None, ["+finetune.lr=0.1"], ["finetune.lr", "unknown setting"]),
     ("run-folder-in-use", None, None, ["+lock=alive"], ["in use by another run", "hydra.run.dir"]),
+    ("validation-interval-beyond-an-epoch", None, None, ["trainer.val_check_interval=20", "data.max_train_examples=32"],
+     ["trainer.val_check_interval=20", "1 training batches", "check_val_every_n_epoch=null"]),
     ("trainer-key-typo", None, None, ["+trainer.max_epoch=1"], ["trainer.max_epoch is not", "did you mean trainer.max_epochs?"]),
     ("max-length-below-special-tokens", None, None, ["data.max_seq_length=1"], ["data.max_seq_length=1", "2 special tokens", ">= 3"]),
     ("pair-max-length-below-special-tokens", None, None, ["data=rte", "data.train_file={rte}", "data.validation_file=null",

@@ -243,9 +243,9 @@ def _limits(words: list[str], limits: dict[str, str], tiny: Path) -> list[str]:
 
 
 def fill_placeholders(text: str) -> str:
-    """``<run>``, ``<pooler-run>``, ``<task>`` and a sweep's ``<time>`` as the workspace fixture names them."""
+    """``<run>``, ``<task>`` and a sweep's ``<time>`` as the workspace fixture names them."""
     text = re.sub(r"multirun/\S*<time>", "multirun/glue/sweep", text)
-    return text.replace("<task>", "glue").replace("<run>", "run").replace("<pooler-run>", "pooler-run")
+    return text.replace("<task>", "glue").replace("<run>", "run")
 
 
 def with_limits(command: Command, tiny: Path, n: int) -> str:
@@ -267,22 +267,21 @@ def with_limits(command: Command, tiny: Path, n: int) -> str:
 @pytest.fixture(scope="module")
 def workspace(tiny_bert_dir, tmp_path_factory) -> Path:
     """A folder like a fresh clone's root (``data/``, ``benchmarks/``) holding a tiny GLUE sweep
-    (``multirun/glue/sweep``, ``pooling=cls,pooler``: its jobs are ``outputs/glue/run``, as ``make run`` makes
-    one, and ``outputs/glue/pooler-run``, which ``--format hf`` exports) and tiny SQuAD and NER runs
+    (``multirun/glue/sweep``, ``pooling=pooler,cls``: its first job is ``outputs/glue/run``, as ``make run``
+    makes one (``pooling=pooler``, the default, which ``--format hf`` exports)) and tiny SQuAD and NER runs
     (``outputs/<task>/run``)."""
     workspace = tmp_path_factory.mktemp("readme") / "clone"
     workspace.mkdir()
     for folder in ("data", "benchmarks"):
         (workspace / folder).symlink_to(REPO / folder)
     limits = " ".join(_limits([], TRAIN_LIMITS, tiny_bert_dir) + ["trainer.log_every_n_steps=1"])
-    for line in (f"sesame-train --multirun pooling=cls,pooler {limits} hydra.sweep.dir=multirun/glue/sweep",
+    for line in (f"sesame-train --multirun pooling=pooler,cls {limits} hydra.sweep.dir=multirun/glue/sweep",
                  f"sesame-train task=squad_v1 {limits} hydra.run.dir=outputs/squad_v1/run",
                  f"sesame-train task=ner {limits} hydra.run.dir=outputs/ner/run"):
         out = _shell(line, workspace)
         assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
     (workspace / "outputs" / "glue").mkdir()
-    for job, name in (("0", "run"), ("1", "pooler-run")):
-        (workspace / "outputs" / "glue" / name).symlink_to(workspace / "multirun" / "glue" / "sweep" / job)
+    (workspace / "outputs" / "glue" / "run").symlink_to(workspace / "multirun" / "glue" / "sweep" / "0")
     return workspace
 
 

@@ -18,7 +18,6 @@ from omegaconf import DictConfig
 from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.distributed import is_main_process
-from sesame.tasks.encoder_store import SHARED_ENCODERS
 from sesame.tasks.resolvers import register_resolvers
 
 register_resolvers()
@@ -28,6 +27,7 @@ register_resolvers()
 def _main(cfg: DictConfig) -> float | None:
     # Imported here, not at the top: torch, Lightning and transformers take seconds to import, and
     # --help, --cfg job and a bad override never need them.
+    from sesame.tasks.encoder_store import SHARED_ENCODERS
     from sesame.tasks.known_noise import lightning_lines_once
     from sesame.tasks.runner import train
 
