@@ -14,6 +14,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread per test process, and per process a test starts (DDP ranks, console scripts): the
+# models are tiny, and on a loaded 2-core machine each extra thread only waits (a test took 151 s at the
+# default threads, 12.7 s with one).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
@@ -24,6 +28,7 @@ from sesame.tasks.paths import shipped_path
 from sesame.tasks.resolvers import register_resolvers
 
 register_resolvers()
+torch.set_num_threads(1)  # see OMP_NUM_THREADS above
 
 
 def require(module: str) -> ModuleType:
