@@ -28,6 +28,7 @@ from sesame.tasks.encoder import Encoder, EncoderSettings, load_tokenizer
 from sesame.tasks.encoder_store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
 from sesame.tasks.errors import DataError, MissingFileError
 from sesame.tasks.module import EncoderTaskModule, TaskSettings
+from sesame.tasks.run_lock import resume_asked
 from sesame.tasks.trained_overrides import apply_overrides
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def find_checkpoint(path: str | Path, names: Sequence[str] = ("best.ckpt", "last
 
 def resolve_resume(resume: Any, run_dir: Path) -> str | None:
     """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
-    if resume in (None, False, "", "false", "False"):
+    if not resume_asked(resume):
         return None
     this_run = resume is True or str(resume).lower() == "true"
     folder = run_dir if this_run else Path(str(resume))

@@ -92,12 +92,17 @@ def run_folder_lock(run_dir: Path) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
+def resume_asked(resume: Any) -> bool:
+    """Whether a ``resume`` setting asks to continue a run (``true``, a folder or a file; not null/false/"")."""
+    return resume not in (None, False, "", "false", "False")
+
+
 def refuse_earlier_run(cfg: Any, run_dir: Path) -> None:
     """A folder holding another run's results is not written over by accident: ``resume`` continues that
     run, ``overwrite=true`` replaces it (its results are deleted first, so none of them survives beside the
     new run's), and anything else is refused before anything is written."""
     found = [name for name in EARLIER_RUN if (run_dir / name).is_file()]
-    if not found or not (run_dir / "config.yaml").is_file() or cfg.get("resume") not in (None, False, "", "false", "False"):
+    if not found or not (run_dir / "config.yaml").is_file() or resume_asked(cfg.get("resume")):
         return
     if not cfg.get("overwrite"):
         raise ConfigError(
