@@ -74,9 +74,7 @@ def build_trainer(
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     stopping = kwargs.pop("early_stopping", None)  # a trainer block without one: off
     compile_encoder = bool(kwargs.pop("compile", False))
-    if "use_distributed_sampler" in kwargs:
-        raise ConfigError("trainer.use_distributed_sampler: sesame's samplers shard themselves across DDP ranks "
-                          "(tasks/batching.py), so Lightning's wrapper stays off. Fix: drop the setting")
+    check_trainer_keys(kwargs)
     stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
     logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
     callbacks = [
@@ -87,7 +85,6 @@ def build_trainer(
     ]
     if every_n_train_steps:
         callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
-    check_trainer_keys(kwargs)
     return L.Trainer(
         **kwargs,
         default_root_dir=str(run_dir),
@@ -100,15 +97,25 @@ def build_trainer(
     )
 
 
-#: Trainer arguments sesame sets itself: a ``trainer.<key>`` for them would be silently replaced.
-OWN_TRAINER_ARGS = ("default_root_dir", "callbacks", "logger", "plugins")
+#: Trainer arguments sesame sets itself, and why: a ``trainer.<key>`` for them is refused, not replaced.
+OWN_TRAINER_ARGS = {
+    "default_root_dir": "the run folder is hydra.run.dir",
+    "callbacks": "sesame's checkpoints, resume and stopping callbacks",
+    "logger": "the logger group (logger=csv|tensorboard|mlflow|wandb)",
+    "plugins": "atomic, data-only checkpoint files",
+    "use_distributed_sampler": "sesame's samplers shard themselves across DDP ranks (tasks/batching.py), "
+                               "so Lightning's wrapper stays off",
+}
 
 
 def check_trainer_keys(kwargs: dict[str, Any]) -> None:
     """Every ``trainer.*`` key (beside ``early_stopping`` and ``compile``) must be a ``lightning.Trainer``
-    argument: a misspelt one names itself and its closest match instead of failing inside Lightning."""
+    argument sesame leaves to the config: a misspelt one names itself and its closest match, one that
+    sesame sets says why, instead of failing inside Lightning or being silently replaced."""
     accepted = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", *OWN_TRAINER_ARGS}
     for key in kwargs:
+        if key in OWN_TRAINER_ARGS:
+            raise ConfigError(f"trainer.{key}: sesame sets it itself ({OWN_TRAINER_ARGS[key]}). Fix: drop the setting")
         if key not in accepted:
             close = difflib.get_close_matches(key, sorted(accepted), n=1)
             hint = f"did you mean trainer.{close[0]}? " if close else ""
