@@ -119,7 +119,7 @@ def require_data_files(tasks: dict, names: list[str], quick: bool) -> None:
     ``$SESAME_DATA_DIR``; ``quick`` runs use the shipped slices only."""
     if quick:
         return
-    from sesame.tasks.paths import data_dir_path
+    from sesame.tasks.core.paths import data_dir_path
 
     missing = [data_dir_path(f) for t in names for f in tasks[t]["files"] if not Path(data_dir_path(f)).is_file()]
     if missing:
@@ -138,7 +138,7 @@ def done(folder: Path, marker: str, fresh: bool) -> bool:
 
 
 def train_run(overrides: list[str], folder: Path, fresh: bool) -> Path:
-    from sesame.tasks.runner import train
+    from sesame.tasks.runs.runner import train
 
     if not done(folder, "metrics.json", fresh):
         print(f"[train] {folder}: {' '.join(overrides)}", flush=True)
@@ -178,14 +178,14 @@ def build_models(args: argparse.Namespace, task: str) -> dict[str, Path]:
 # Measurements -------------------------------------------------------------------------------------
 def load(args: argparse.Namespace, task: str, source: Path) -> tuple[Any, Any]:
     """The model as sesame-eval loads it, and the config its data is read with."""
-    from sesame.tasks.evaluation import load_for_evaluation
+    from sesame.tasks.runs.evaluation import load_for_evaluation
 
     return load_for_evaluation(compose("eval", [*task_overrides(args, task), f"model={source}"]))
 
 
 def score(args: argparse.Namespace, task: str, name: str, source: Path) -> dict[str, float]:
     """Validation metrics through sesame-eval's own path (written to <out>/<task>/eval_<name>)."""
-    from sesame.tasks.evaluation import evaluate
+    from sesame.tasks.runs.evaluation import evaluate
 
     folder = args.out / task / f"eval_{name}"
     if done(folder, "metrics.json", args.fresh):
@@ -198,7 +198,7 @@ def timing_batches(datamodule_cfg: Any, batch_size: int, count: int, seed: int =
     """``count`` batches of ``batch_size`` random validation examples, collated as evaluation does."""
     import torch
 
-    from sesame.tasks.runner import build_datamodule
+    from sesame.tasks.runs.runner import build_datamodule
 
     datamodule = build_datamodule(datamodule_cfg)
     datamodule.setup("validate")
@@ -232,7 +232,7 @@ def time_models(modules: dict[str, Any], batches: list[dict], rounds: int) -> di
 def measure_task(args: argparse.Namespace, task: str, models: dict[str, Path]) -> list[dict[str, Any]]:
     import torch
 
-    from sesame.tasks.checkpoints import state_dict_bytes
+    from sesame.tasks.saved.checkpoints import state_dict_bytes
 
     rows: dict[str, dict[str, Any]] = {}
     modules: dict[str, Any] = {}
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     check_data(args)
     import torch
 
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from hydra import compose, initialize_config_module  # noqa: E402
 
-from sesame.tasks.resolvers import register_resolvers  # noqa: E402
-from sesame.tasks.runner import train  # noqa: E402
+from sesame.tasks.cli.resolvers import register_resolvers  # noqa: E402
+from sesame.tasks.runs.runner import train  # noqa: E402
 
 VARIANTS = ("embeddings", "last", "second_to_last", "sum_last_4", "concat_last_4", "scalar_mix")
 

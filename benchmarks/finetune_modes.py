@@ -42,8 +42,8 @@ def child(task: str, mode: str, steps: int, run_dir: str, extra: list[str]) -> d
     import torch
     from hydra import compose, initialize_config_module
 
-    from sesame.tasks import runner
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.runs import runner
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     step_times: list[float] = []

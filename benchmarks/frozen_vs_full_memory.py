@@ -23,10 +23,10 @@ def measure(mode: str, batch_size: int, seq_len: int, steps: int) -> dict:
 
     from hydra import compose, initialize_config_module
 
-    from sesame.tasks.encoder import load_tokenizer
+    from sesame.tasks.encoders.encoder import load_tokenizer
     from sesame.tasks.glue.module import SentenceClassificationModule
-    from sesame.tasks.paths import shipped_path
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.core.paths import shipped_path
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):  # the real default config

@@ -49,8 +49,8 @@ Backend = Callable[[dict], tuple]
 
 def backends(run: Path, onnx_dir: Path, threads: int) -> dict[str, Backend]:
     """The four ways to run the model of ``run``, each ``batch -> outputs`` (a tuple of tensors)."""
-    from sesame.tasks.checkpoints import load_trained
-    from sesame.tasks.compression.int8 import quantize_module
+    from sesame.tasks.saved.checkpoints import load_trained
+    from sesame.tasks.saved.int8 import quantize_module
     from sesame.tasks.export import as_tuple
     from sesame.tasks.export.onnx import INT8_FILE, MODEL_FILE, new_session, run_session
 
@@ -70,7 +70,7 @@ def dev_metric(task: str, run_fn: Backend, cfg: Any) -> float:
     """The dev metric from one backend's outputs over the whole dev set (the evaluation loader's batches)."""
     import torch
 
-    from sesame.tasks.runner import build_datamodule
+    from sesame.tasks.runs.runner import build_datamodule
 
     datamodule = build_datamodule(cfg)
     datamodule.setup("validate")
@@ -108,7 +108,7 @@ def measure(task: str, run: Path, onnx_dir: Path, args: argparse.Namespace) -> l
     import torch
 
     cfg = compose("eval", [*TASKS[task]["overrides"], *(TASKS[task]["quick"] if args.quick else []), f"model={run}"])
-    from sesame.tasks.evaluation import load_for_evaluation
+    from sesame.tasks.runs.evaluation import load_for_evaluation
 
     _, data_cfg = load_for_evaluation(cfg)
     all_threads = torch.get_num_threads()
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     from sesame.tasks.export.onnx import export_onnx
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     rows = []

@@ -38,9 +38,9 @@ ARMS = ("fp32", "bf16", "compiled")
 def build(max_seq_length: int):  # noqa: ANN201
     from hydra import compose, initialize_config_module
 
-    from sesame.tasks.checkpoints import build_module
-    from sesame.tasks.resolvers import register_resolvers
-    from sesame.tasks.runner import build_datamodule
+    from sesame.tasks.saved.checkpoints import build_module
+    from sesame.tasks.cli.resolvers import register_resolvers
+    from sesame.tasks.runs.runner import build_datamodule
 
     register_resolvers()
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):

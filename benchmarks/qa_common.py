@@ -45,14 +45,14 @@ def tf4_python() -> str | None:
 
 
 def default_dev_file() -> Path:
-    from sesame.tasks.paths import data_dir_path
+    from sesame.tasks.core.paths import data_dir_path
 
     return Path(data_dir_path("squad_v1.1/dev-v1.1.json"))
 
 
 # Model folders ---------------------------------------------------------------------------------------
 def minilm_path() -> Path:
-    from sesame.tasks.encoder import resolve_name_or_path
+    from sesame.tasks.encoders.encoder import resolve_name_or_path
 
     return Path(resolve_name_or_path("minilm_l6"))
 
@@ -131,14 +131,14 @@ class Answer:
 
 class SesameQA:
     """sesame-eval on a ``...ForQuestionAnswering`` folder, split into loading (once) and evaluating a
-    SQuAD file (timed): the same calls as ``tasks/evaluation.py`` ``evaluate``."""
+    SQuAD file (timed): the same calls as ``tasks/runs/evaluation.py`` ``evaluate``."""
 
     def __init__(self, folder: Path, batch_size: int = 16, max_seq_length: int = 384, doc_stride: int = 128) -> None:
         from hydra import compose, initialize_config_module
         from hydra.core.global_hydra import GlobalHydra
 
-        from sesame.tasks.encoder import EncoderSettings, load_tokenizer
-        from sesame.tasks.resolvers import register_resolvers
+        from sesame.tasks.encoders.encoder import EncoderSettings, load_tokenizer
+        from sesame.tasks.cli.resolvers import register_resolvers
         from sesame.tasks.qa.module import SquadModule
 
         register_resolvers()
@@ -162,7 +162,7 @@ class SesameQA:
         from omegaconf import OmegaConf
 
         from sesame.tasks.qa.data import SquadDataModule
-        from sesame.tasks.runner import build_trainer, finish_run, flat_metrics
+        from sesame.tasks.runs.runner import build_trainer, finish_run, flat_metrics
 
         run_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
@@ -180,7 +180,7 @@ class SesameQA:
 
     def floor_batches(self, squad_json: Path, batch_size: int) -> list[dict[str, torch.Tensor]]:
         """The evaluation windows of ``squad_json``, longest first, padded per batch (built untimed)."""
-        from sesame.tasks.batching import LengthSortedSampler
+        from sesame.tasks.inputs.batching import LengthSortedSampler
         from sesame.tasks.qa.readers import read_squad
         from sesame.tasks.qa.windows import encode_windows, window_collator
 

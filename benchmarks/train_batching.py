@@ -89,8 +89,8 @@ def count_tokens(overrides: list[str], seed: int) -> dict:
     through the run's own loader (sampler and collator), real and padded tokens."""
     from hydra import compose, initialize_config_module
 
-    from sesame.tasks.resolvers import register_resolvers
-    from sesame.tasks.runner import build_datamodule
+    from sesame.tasks.cli.resolvers import register_resolvers
+    from sesame.tasks.runs.runner import build_datamodule
 
     register_resolvers()
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):

@@ -4,7 +4,7 @@ Both sides fully fine-tune the same encoder folder (default MiniLM-L6) in fp32 o
 training examples: the reference reads the windows / sentences that sesame's own data module built
 (``dm.setup("fit")``, its train split), so tokenisation, windowing (SQuAD ``doc_stride``, NER
 sentence windows) and labels are identical. The reference mirrors sesame's optimiser as configured
-(``conf/finetune/full.yaml``, ``tasks/finetune.py`` ``build_optimizer``): AdamW with the encoder at
+(``conf/finetune/full.yaml``, ``tasks/encoders/finetune.py`` ``build_optimizer``): AdamW with the encoder at
 ``finetune.encoder_lr`` and the head (and, for SST-2, the pooler) at ``finetune.head_lr``, weight
 decay on all but biases and LayerNorm weights, linear warm-up over ``int(warmup_ratio * steps)``
 steps then linear decay, gradient clipping at ``trainer.gradient_clip_val``, the same seed, batch
@@ -13,7 +13,7 @@ size and logging interval. The models are the same network: SST-2 runs sesame wi
 is); SQuAD uses ``AutoModelForQuestionAnswering``, WNUT-17 ``AutoModelForTokenClassification``.
 
 Arms (``--arms``; the reference is ``hf``):
-  sesame          sesame-train's own code (``tasks/runner.py`` ``train``), with ``--sesame-override``s
+  sesame          sesame-train's own code (``tasks/runs/runner.py`` ``train``), with ``--sesame-override``s
   sesame_grouped  the same with ``data.group_by_length=true``
   hf              Trainer, dynamic padding (pad to the batch's longest), and sesame's shuffle: the
                   two sides train on the very same batches, in the same order
@@ -33,7 +33,7 @@ Lightning callback on sesame's side, a TrainerCallback on the reference's; the f
 loading, collation and logging), tokens/s (real = non-pad tokens, and padded = tokens computed),
 examples/s, the process's peak RSS at the end of training (``ru_maxrss``, before any evaluation), and
 the dev metric of the final weights, scored for both sides by sesame's evaluation path
-(``tasks/evaluation.py`` ``evaluate``; the reference's model is saved as a Hugging Face folder and
+(``tasks/runs/evaluation.py`` ``evaluate``; the reference's model is saved as a Hugging Face folder and
 read back like ``sesame-eval model=<folder>``), on ``data.max_eval_examples`` examples, in the first
 ``--eval-reps`` repetitions only. Ratios are arm / ``hf`` per repetition, then the median (and range)
 over repetitions.
@@ -319,9 +319,9 @@ class StepRecorder:
 
 # The sesame side -----------------------------------------------------------------------------------
 def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path) -> dict[str, Any]:
-    """sesame's own training (``tasks/runner.py`` ``train``) with a timing callback; its metrics.json."""
+    """sesame's own training (``tasks/runs/runner.py`` ``train``) with a timing callback; its metrics.json."""
     import lightning as L
-    from sesame.tasks import runner
+    from sesame.tasks.runs import runner
 
     recorder = StepRecorder()
 
@@ -427,7 +427,7 @@ def head_parameter(model: Any, name: str) -> bool:
 
 def sesame_optim(cfg: Any) -> str:
     """The Trainer's name for the AdamW implementation sesame's ``build_optimizer`` builds (fused or not)."""
-    from sesame.tasks.finetune import FinetuneSettings, build_optimizer
+    from sesame.tasks.encoders.finetune import FinetuneSettings, build_optimizer
     from torch import nn
 
     optimizer, _ = build_optimizer(nn.Linear(2, 2), [], FinetuneSettings.from_config(cfg.finetune), 10)
@@ -439,9 +439,9 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
     """Train the Hugging Face model on sesame's training examples with the ``Trainer``; save it (``save``)
     into ``<run_dir>/hf_model``, a folder sesame-eval reads."""
     import torch
-    from sesame.tasks.batching import ResumableShuffleSampler
-    from sesame.tasks.encoder import resolve_name_or_path
-    from sesame.tasks.runner import build_datamodule, config_with_data
+    from sesame.tasks.inputs.batching import ResumableShuffleSampler
+    from sesame.tasks.encoders.encoder import resolve_name_or_path
+    from sesame.tasks.runs.runner import build_datamodule, config_with_data
     from transformers import (
         DataCollatorForTokenClassification,
         DataCollatorWithPadding,
@@ -500,7 +500,7 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
             return self.optimizer
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
-            if order == "sesame":  # the very shuffle sesame's train loader draws (tasks/batching.py)
+            if order == "sesame":  # the very shuffle sesame's train loader draws (tasks/inputs/batching.py)
                 return ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed)
             return super()._get_train_sampler(train_dataset)
 
@@ -542,7 +542,7 @@ def sampling_argument(arguments: type, grouped: bool) -> dict[str, Any]:
 
 def evaluate_hf(overrides: list[str], folder: Path, run_dir: Path) -> tuple[str, dict[str, Any]]:
     """Score a saved HF model with sesame's evaluation path (``sesame-eval model=<folder>``)."""
-    from sesame.tasks.evaluation import evaluate
+    from sesame.tasks.runs.evaluation import evaluate
 
     cfg = compose("eval", [*overrides, f"model={folder.resolve()}", "trainer.enable_progress_bar=false",
                            "trainer.enable_model_summary=false"])
@@ -556,7 +556,7 @@ def child(spec_file: Path) -> None:
 
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     run_dir = Path(spec["run_dir"])
@@ -729,7 +729,7 @@ def main(argv: list[str] | None = None) -> None:
         child(args.child)
         return
     check_data(args)
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     available = settings_available(args)

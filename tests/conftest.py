@@ -24,8 +24,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from sesame.tasks.paths import shipped_path
-from sesame.tasks.resolvers import register_resolvers
+from sesame.tasks.core.paths import shipped_path
+from sesame.tasks.cli.resolvers import register_resolvers
 
 register_resolvers()
 torch.set_num_threads(1)  # see OMP_NUM_THREADS above

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.runner import train
+from sesame.tasks.runs.runner import train
 
 SQUAD_OK = {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
     {"id": "q1", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]}]}]}]}
@@ -163,7 +163,7 @@ def test_bad_config_keys_are_named_by_hydra(tmp_path, override, words):
 
 
 def test_sesame_eval_without_a_model_names_the_key(make_cfg, tmp_path, capsys):
-    from sesame.tasks.evaluation import evaluate
+    from sesame.tasks.runs.evaluation import evaluate
 
     with pytest.raises(SystemExit) as stop, user_errors_are_messages():
         evaluate(make_cfg(), tmp_path / "eval")

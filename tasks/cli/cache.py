@@ -11,7 +11,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from sesame.tasks.feature_cache import default_cache_dir, list_entries
+from sesame.tasks.inputs.feature_cache import default_cache_dir, list_entries
 
 
 def _size(n: int) -> str:

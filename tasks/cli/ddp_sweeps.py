@@ -17,7 +17,7 @@ import sys
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from sesame.tasks.distributed import is_main_process
+from sesame.tasks.core.distributed import is_main_process
 
 SWEEP_DIR_ENV = "SESAME_DDP_SWEEP_DIR"
 

@@ -1,9 +1,9 @@
 """How a console script ends on an error.
 
-- A :class:`sesame.tasks.errors.UserError` (bad data, paths, settings): one ``error: <message>`` line
+- A :class:`sesame.tasks.core.errors.UserError` (bad data, paths, settings): one ``error: <message>`` line
   naming the file, line or key and the fix, exit code 2, no traceback (``SESAME_TRACEBACK=1`` shows it).
-  So is a full disk or read-only file system met by any write (``tasks/atomic_files.py``'s ``disk_error``).
-- :class:`sesame.tasks.errors.RunStopped` (a SIGTERM ended the run, its checkpoint saved): its message,
+  So is a full disk or read-only file system met by any write (``tasks/core/atomic_files.py``'s ``disk_error``).
+- :class:`sesame.tasks.core.errors.RunStopped` (a SIGTERM ended the run, its checkpoint saved): its message,
   which says how to resume, and exit code 128 + the signal (143 for SIGTERM), as a killed process has.
 - Anything else is a bug in sesame (or in a library under it): the traceback, a line asking to
   report it, exit code 1.
@@ -17,8 +17,8 @@ import sys
 import traceback
 from collections.abc import Iterator
 
-from sesame.tasks.atomic_files import disk_error
-from sesame.tasks.errors import RunStopped, UserError
+from sesame.tasks.core.atomic_files import disk_error
+from sesame.tasks.core.errors import RunStopped, UserError
 
 REPORT = "This is a bug, not a problem with your input: please report it with the command you ran and the traceback above."
 

@@ -13,15 +13,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.resolvers import register_resolvers
+from sesame.tasks.cli.resolvers import register_resolvers
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
-    from sesame.tasks.evaluation import evaluate  # torch and Lightning: not for --help (see cli/train.py)
-    from sesame.tasks.known_noise import lightning_lines_once
+    from sesame.tasks.runs.evaluation import evaluate  # torch and Lightning: not for --help (see cli/train.py)
+    from sesame.tasks.core.known_noise import lightning_lines_once
 
     lightning_lines_once()
     hydra_cfg = HydraConfig.get()

@@ -1,6 +1,6 @@
 """``sesame-predict``: a trained model's predictions on raw input, JSON lines in and out.
 
-The predictors are ``tasks/predictor.py`` (``Predictor.from_run``, also the Python API) and the
+The predictors are ``tasks/inference/predictor.py`` (``Predictor.from_run``, also the Python API) and the
 tasks' ``predict.py``; this file reads the command line and the input, and writes the output.
 """
 
@@ -17,9 +17,9 @@ from typing import IO, Any
 
 import yaml
 
-from sesame.tasks.atomic_files import atomic_open
+from sesame.tasks.core.atomic_files import atomic_open
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.errors import ConfigError, DataError, MissingFileError
+from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def open_output(name: str | None) -> Iterator[IO[str]]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from sesame.tasks.predictor import Predictor, runner_for  # torch, transformers: not needed for --help
+    from sesame.tasks.inference.predictor import Predictor, runner_for  # torch, transformers: not needed for --help
 
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")

@@ -25,10 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from sesame.tasks.atomic_files import write_text_atomic
+from sesame.tasks.core.atomic_files import write_text_atomic
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.errors import MissingFileError
-from sesame.tasks.sweep_report import Curve, curve_figure, curves_csv, logged_columns, read_curves, save_figure, write_table_report
+from sesame.tasks.core.errors import MissingFileError
+from sesame.tasks.runs.sweep_report import Curve, curve_figure, curves_csv, logged_columns, read_curves, save_figure, write_table_report
 
 
 def _title(args: argparse.Namespace) -> str:

@@ -12,8 +12,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from sesame.tasks.distributed import is_main_process
-from sesame.tasks.errors import UserError
+from sesame.tasks.core.distributed import is_main_process
+from sesame.tasks.core.errors import UserError
 
 
 class SweepSummary(Callback):
@@ -22,7 +22,7 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not is_main_process():  # the DDP ranks > 0 of a sweep follow rank 0's, which reports it
             return
-        from sesame.tasks.sweep_report import write_table_report  # only when a sweep ends
+        from sesame.tasks.runs.sweep_report import write_table_report  # only when a sweep ends
 
         sweep_dir = config.hydra.sweep.dir
         try:

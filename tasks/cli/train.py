@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 
 from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.distributed import is_main_process
-from sesame.tasks.resolvers import register_resolvers
+from sesame.tasks.core.distributed import is_main_process
+from sesame.tasks.cli.resolvers import register_resolvers
 
 register_resolvers()
 
@@ -27,15 +27,15 @@ register_resolvers()
 def _main(cfg: DictConfig) -> float | None:
     # Imported here, not at the top: torch, Lightning and transformers take seconds to import, and
     # --help, --cfg job and a bad override never need them.
-    from sesame.tasks.encoder_store import SHARED_ENCODERS
-    from sesame.tasks.known_noise import lightning_lines_once
-    from sesame.tasks.runner import train
+    from sesame.tasks.encoders.store import SHARED_ENCODERS
+    from sesame.tasks.core.known_noise import lightning_lines_once
+    from sesame.tasks.runs.runner import train
 
     lightning_lines_once()
     run_dir = HydraConfig.get().runtime.output_dir
     share_sweep_dir()
     hydra_cfg = HydraConfig.get()
-    # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoder_store.py).
+    # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoders/store.py).
     shared = Path(hydra_cfg.sweep.dir) / SHARED_ENCODERS if hydra_cfg.mode == RunMode.MULTIRUN else None
     with user_errors_are_messages():
         metrics = train(cfg, run_dir, shared_encoders=shared)

@@ -6,7 +6,7 @@ The student (any module of the same task, e.g. on a ``drop-layers`` encoder) tra
 for NER, start and end logits for QA. The teacher is loaded before fitting starts (never when a
 distilled student is evaluated), frozen and kept in eval mode, and is not a submodule of the
 student: it is neither trained, nor saved in the student's checkpoints, nor in its optimiser.
-The runner (``tasks/runner.py``) builds the :class:`Distiller` and hands it to the student module
+The runner (``tasks/runs/runner.py``) builds the :class:`Distiller` and hands it to the student module
 (``module.distiller``), as it does the feature cache.
 
 With ``distill.cache=true`` the teacher's outputs are kept per example, keyed by the example's
@@ -29,14 +29,14 @@ import torch
 from torch import Tensor
 
 from sesame.heads.distillation import DistillationLoss
-from sesame.tasks.atomic_files import atomic_open
+from sesame.tasks.core.atomic_files import atomic_open
 from sesame.heads.masking import masked_value
-from sesame.tasks.checkpoints import load_trained
-from sesame.tasks.errors import ConfigError
-from sesame.tasks.feature_cache import default_cache_dir as feature_cache_dir
-from sesame.tasks.feature_cache import example_keys
-from sesame.tasks.module import EncoderTaskModule
-from sesame.tasks.settings import Settings
+from sesame.tasks.saved.checkpoints import load_trained
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.inputs.feature_cache import default_cache_dir as feature_cache_dir
+from sesame.tasks.inputs.feature_cache import example_keys
+from sesame.tasks.base.task_module import EncoderTaskModule
+from sesame.tasks.core.settings import Settings
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 2  # 2: logits from before the encoder passed token_type_ids to BERT (transformers 5) are stale

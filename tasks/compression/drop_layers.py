@@ -21,12 +21,12 @@ import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 
-from sesame.tasks.atomic_files import write_json_atomic
-from sesame.tasks.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
-from sesame.tasks.compression.int8 import is_quantized
-from sesame.tasks.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
-from sesame.tasks.encoder_families import PER_LAYER_CONFIG, family_of, load_encoder_model, shared_layers_error
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.core.atomic_files import write_json_atomic
+from sesame.tasks.saved.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
+from sesame.tasks.saved.int8 import is_quantized
+from sesame.tasks.encoders.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
+from sesame.tasks.encoders.families import PER_LAYER_CONFIG, family_of, load_encoder_model, shared_layers_error
+from sesame.tasks.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

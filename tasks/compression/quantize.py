@@ -11,10 +11,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sesame.tasks.atomic_files import write_json_atomic
-from sesame.tasks.checkpoints import load_trained, save_model_folder, state_dict_bytes
-from sesame.tasks.compression.int8 import count_quantized_linear, is_quantized, quantize_module
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.core.atomic_files import write_json_atomic
+from sesame.tasks.saved.checkpoints import load_trained, save_model_folder, state_dict_bytes
+from sesame.tasks.saved.int8 import count_quantized_linear, is_quantized, quantize_module
+from sesame.tasks.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

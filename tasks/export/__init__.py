@@ -3,11 +3,11 @@
 - ``hf`` (``tasks/export/hf.py``): a ``save_pretrained`` folder of transformers' own
   ``AutoModelForSequenceClassification`` / ``...ForQuestionAnswering`` / ``...ForTokenClassification``,
   written only where sesame's network is exactly that model (the last layer's features, a head
-  transformers has); otherwise a :class:`~sesame.tasks.errors.ConfigError` says which setting does not
+  transformers has); otherwise a :class:`~sesame.tasks.core.errors.ConfigError` says which setting does not
   map and why.
 - ``onnx`` (``tasks/export/onnx.py``): the whole module (encoder, fusion, pooling, head, QA masking)
   as ``model.onnx`` with dynamic batch and length axes, checked with onnxruntime against PyTorch,
-  optionally with a dynamically quantised ``model.int8.onnx``; ``tasks/export/onnx_runner.py`` runs
+  optionally with a dynamically quantised ``model.int8.onnx``; ``tasks/inference/onnx_runner.py`` runs
   it for ``sesame-predict``.
 
 Both write a model card (``README.md``, ``tasks/export/model_card.py``) and the tokenizer, into a
@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.atomic_files import current_umask, file_in_the_way, write_errors_explained
-from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.errors import ConfigError, UserError, WriteError
+from sesame.tasks.core.atomic_files import current_umask, file_in_the_way, write_errors_explained
+from sesame.tasks.inputs.batching import PaddingCollator
+from sesame.tasks.core.errors import ConfigError, UserError, WriteError
 
 #: What a refused export write leaves behind (``staged_folder`` removes its partial folder).
 NOTHING_WRITTEN = "Nothing was written (the partial export was removed). "

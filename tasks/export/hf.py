@@ -32,10 +32,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from sesame.tasks.checkpoints import TrainedModel, load_trained
-from sesame.tasks.compression.int8 import is_quantized
-from sesame.tasks.encoder import encoder_inputs
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
+from sesame.tasks.saved.int8 import is_quantized
+from sesame.tasks.encoders.encoder import encoder_inputs
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export import (as_tuple, check_output_folder, decision_thresholds, is_pair_task, probe_batch,
                                  staged_folder, task_family)
 from sesame.tasks.export.model_card import write_model_card
@@ -176,7 +176,7 @@ def plain_encoder_state(model: nn.Module) -> dict[str, torch.Tensor]:
         return model.state_dict()
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    from sesame.tasks.finetune import plain_state_dict
+    from sesame.tasks.encoders.finetune import plain_state_dict
 
     merged = copy.deepcopy(model)
     for layer in merged.modules():

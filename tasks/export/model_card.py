@@ -20,8 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from sesame.tasks.checkpoints import TrainedModel
-from sesame.tasks.errors import UserError
+from sesame.tasks.saved.checkpoints import TrainedModel
+from sesame.tasks.core.errors import UserError
 from sesame.tasks.export import is_pair_task, run_folder_of, task_family
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ def _usage(fmt: str, family: str, folder_name: str, kind: str = "", example: dic
     return ("```bash\n"
             f"echo '{line}' | sesame-predict {folder_name}   # onnxruntime; the outputs of the sesame run\n"
             "```\n\n"
-            "```python\nfrom sesame.tasks.predictor import Predictor\n\n"
+            "```python\nfrom sesame.tasks.inference.predictor import Predictor\n\n"
             f"predict = Predictor.from_run(\"{folder_name}\")   # model.onnx, through onnxruntime\n"
             f"print(predict([{line}]))\n```")
 

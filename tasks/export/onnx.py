@@ -36,10 +36,10 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from sesame.heads.masking import is_masked
-from sesame.tasks.checkpoints import TrainedModel, load_trained
-from sesame.tasks.compression.int8 import is_quantized
-from sesame.tasks.known_noise import known_noise_silenced
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
+from sesame.tasks.saved.int8 import is_quantized
+from sesame.tasks.core.known_noise import known_noise_silenced
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export import (as_tuple, check_output_folder, decision_thresholds, is_pair_task, probe_batch,
                                  staged_folder, task_family)
 from sesame.tasks.export.model_card import write_model_card

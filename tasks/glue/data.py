@@ -4,7 +4,7 @@ labelled table (``task=text_classification``: :class:`TableDataModule`).
 Rows become ``index, input_ids, attention_mask[, token_type_ids], labels``; pairs go in as segments
 A and B. ``labels`` is a class id, a regression score, or (``data.multi_label=true``) a multi-hot
 row [C] of floats, which the collator stacks into [B, C]. Training batches are shuffled and padded
-per batch; evaluation batches are length-sorted (``tasks/batching.py``). Each data module also says
+per batch; evaluation batches are length-sorted (``tasks/inputs/batching.py``). Each data module also says
 how its task is scored (:meth:`task_spec`), so the module and the data read the settings the same way.
 """
 
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.datamodule import DataSettings, SplitDataModule
-from sesame.tasks.encoder import check_max_seq_length
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.inputs.batching import PaddingCollator
+from sesame.tasks.inputs.datamodule import DataSettings, SplitDataModule
+from sesame.tasks.encoders.encoder import check_max_seq_length
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.glue.metrics import METRICS
 from sesame.tasks.glue.readers import (
     encode_labels,

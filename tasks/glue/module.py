@@ -30,15 +30,15 @@ from omegaconf import DictConfig
 from sesame.heads.calibration import TemperatureScaling, calibration_doubt, expected_calibration_error
 from sesame.heads.classifier import SequenceClassifierHead, balanced_class_weights
 from sesame.heads.pooling import PoolerPooling, build_pooling
-from sesame.tasks.distributed import Rows
-from sesame.tasks.errors import ConfigError, DataError, settings_check
+from sesame.tasks.core.distributed import Rows
+from sesame.tasks.core.errors import ConfigError, DataError, settings_check
 from sesame.tasks.glue.metrics import compute_metrics, multilabel_metrics, tune_thresholds
 from sesame.tasks.glue.submission import submission_tsv
-from sesame.tasks.hf_weights import load_prefixed_weights
-from sesame.tasks.encoder import Encoder
-from sesame.tasks.encoder_families import no_pooler_message, pooler_linear
-from sesame.tasks.module import EncoderTaskModule
-from sesame.tasks.settings import Settings
+from sesame.tasks.encoders.hf_weights import load_prefixed_weights
+from sesame.tasks.encoders.encoder import Encoder
+from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
+from sesame.tasks.base.task_module import EncoderTaskModule
+from sesame.tasks.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class SentenceClassificationModule(EncoderTaskModule):
         self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 
-    # Evaluation (the path is tasks/module.py's) ------------------------------------------------------
+    # Evaluation (the path is tasks/base/task_module.py's) ------------------------------------------------------
     def eval_stage(self, stage: str, dataloader_idx: int) -> str:
         return f"{stage}_mm" if dataloader_idx == 1 else stage
 

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from hydra.utils import get_class
 
-from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.encoder import ENCODER_INPUT_KEYS
-from sesame.tasks.errors import ConfigError, DataError
-from sesame.tasks.predictor import ModelRunner, Predictor, string_field
+from sesame.tasks.inputs.batching import PaddingCollator
+from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
+from sesame.tasks.core.errors import ConfigError, DataError
+from sesame.tasks.inference.predictor import ModelRunner, Predictor, string_field
 
 
 class ClassificationPredictor(Predictor):

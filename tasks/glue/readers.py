@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sesame.tasks.data_files import check_data_file
-from sesame.tasks.errors import DataError
+from sesame.tasks.inputs.data_files import check_data_file
+from sesame.tasks.core.errors import DataError
 from sesame.tasks.glue.specs import GlueTaskSpec
 
 if TYPE_CHECKING:  # imported where a file is read: datasets (and pandas under it) take a second to import,

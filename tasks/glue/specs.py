@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.core.errors import ConfigError
 
 #: The metrics of a regression task (STS-B, or data.regression=true).
 REGRESSION_METRICS = ("pearson", "spearmanr")

@@ -2,7 +2,7 @@
 
 Reading is in ``tasks/ner/readers.py``, tag schemes and the tag set in ``tasks/ner/tags.py``,
 sub-word windows and stitching in ``tasks/ner/windows.py``; the loader recipe is
-``tasks/datamodule.py``'s. The presets are ``conf/data/wnut17_slice.yaml`` and the files that
+``tasks/inputs/datamodule.py``'s. The presets are ``conf/data/wnut17_slice.yaml`` and the files that
 extend it.
 """
 
@@ -16,8 +16,8 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.datamodule import DataSettings, SplitDataModule
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.inputs.datamodule import DataSettings, SplitDataModule
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import FORMATS, NerExamples, check_tag, read_examples
 from sesame.tasks.ner.tags import TAG_SCHEMES, apply_tag_scheme, build_tag_set, encode_tags
 from sesame.tasks.ner.windows import tagging_collator, tokenize_examples

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sesame.tasks.atomic_files import write_text_atomic
+from sesame.tasks.core.atomic_files import write_text_atomic
 
 MODES = ("conlleval", "strict")
 _O, _B, _I = 0, 1, 2

@@ -20,16 +20,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from sesame.heads.masking import IGNORE_INDEX
 from sesame.heads.tagger import TokenTaggerHead
-from sesame.tasks.distributed import Rows, share_of_total
-from sesame.tasks.errors import ConfigError
-from sesame.tasks.encoder import Encoder
-from sesame.tasks.hf_weights import load_prefixed_weights
-from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
+from sesame.tasks.core.distributed import Rows, share_of_total
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.encoders.encoder import Encoder
+from sesame.tasks.encoders.hf_weights import load_prefixed_weights
+from sesame.tasks.base.task_module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.ner.data import NerDataSettings, load_tag_names
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
 
 from sesame.tasks.ner.windows import stitch_words
-from sesame.tasks.settings import Settings
+from sesame.tasks.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class NerModule(EncoderTaskModule):
             loss = loss * share_of_total((batch["labels"] != IGNORE_INDEX).sum())
         return loss
 
-    # Evaluation (the path is tasks/module.py's) ------------------------------------------------------
+    # Evaluation (the path is tasks/base/task_module.py's) ------------------------------------------------------
     def eval_rows(self, batch: Mapping[str, torch.Tensor], stage: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One row per word (read at its first sub-token): sentence, word position, predicted and gold tag."""
         logits = self(batch)
@@ -121,7 +121,7 @@ class NerModule(EncoderTaskModule):
         return rows, self._loss(logits, batch)
 
     def score(self, stage: str, rows: Rows) -> dict[str, float]:
-        # Rows hold whole sentences only (tasks/module.py drops partly evaluated ones), sorted by
+        # Rows hold whole sentences only (tasks/base/task_module.py drops partly evaluated ones), sorted by
         # (sentence, word): renumber the sentences 0..n-1 and put each word back in its place.
         examples = self.split_data().examples[STAGE_SPLITS[stage]]
         order, ex = np.unique(rows["example_index"], return_inverse=True)

@@ -7,11 +7,11 @@ Input, one per line: ``{"text": "Marie Curie lived in Paris."}`` or ``{"tokens":
    hyphen or apostrophe followed by more of them (``state-of-the-art``, ``O'Neil``, ``don't``); every
    other visible non-space character (punctuation, symbols, emoji) is a word of its own; white space
    separates words and is never part of one. Words are made of whole grapheme clusters
-   (``tasks/graphemes.py``): a letter keeps its combining accents (``cafe\u0301``), an emoji its
+   (``tasks/core/graphemes.py``): a letter keeps its combining accents (``cafe\u0301``), an emoji its
    variation selector, skin tone or zero-width-joined partners (``👨\u200d👩\u200d👧``), a flag both its
    regional indicators. Invisible characters (zero-width joiner and space, direction marks, other
    format and control characters) and combining marks with no letter before them are never words.
-2. The model's tokenizer (:func:`~sesame.tasks.encoder_families.pre_token_spans`: its normaliser and
+2. The model's tokenizer (:func:`~sesame.tasks.encoders.families.pre_token_spans`: its normaliser and
    pre-tokeniser) splits those words further where it cuts between two letters or digits, not both
    ASCII: BERT-family tokenizers put each CJK character apart (``北京`` -> ``北``, ``京``), as their
    pre-training did; plain ASCII words (``COVID19``, ``foo_bar``) and the hyphen/apostrophe joins of
@@ -52,13 +52,13 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from sesame.heads.masking import IGNORE_INDEX
-from sesame.tasks.encoder import ENCODER_INPUT_KEYS
-from sesame.tasks.encoder_families import pre_token_spans
-from sesame.tasks.errors import DataError
-from sesame.tasks.graphemes import cluster_bounds
+from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
+from sesame.tasks.encoders.families import pre_token_spans
+from sesame.tasks.core.errors import DataError
+from sesame.tasks.core.graphemes import cluster_bounds
 from sesame.tasks.ner.metrics import get_entities
 from sesame.tasks.ner.windows import WindowTokenizer, stitch_words, tagging_collator
-from sesame.tasks.predictor import ModelRunner, Predictor, finite, string_field
+from sesame.tasks.inference.predictor import ModelRunner, Predictor, finite, string_field
 
 #: One grapheme cluster (``\X``) that begins with a letter, digit or underscore (not with a lone mark or
 #: an invisible joiner, which ``\w`` also matches).

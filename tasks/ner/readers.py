@@ -16,8 +16,8 @@ from pathlib import Path
 
 import datasets
 
-from sesame.tasks.data_files import check_data_file
-from sesame.tasks.errors import ConfigError, DataError, UserError
+from sesame.tasks.inputs.data_files import check_data_file
+from sesame.tasks.core.errors import ConfigError, DataError, UserError
 
 DOCSTART = "-DOCSTART-"
 FORMATS = ("auto", "conll", "jsonl")

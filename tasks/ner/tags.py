@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import NerExamples
 
 log = logging.getLogger(__name__)

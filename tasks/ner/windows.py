@@ -19,10 +19,10 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.heads.masking import IGNORE_INDEX
-from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.encoder import check_max_seq_length
-from sesame.tasks.encoder_families import words_tokenizer
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.inputs.batching import PaddingCollator
+from sesame.tasks.encoders.encoder import check_max_seq_length
+from sesame.tasks.encoders.families import words_tokenizer
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import NerExamples
 
 

@@ -1,7 +1,7 @@
 """The SQuAD data module: ``cfg.data`` (``conf/data/squad_*.yaml``) -> typed settings -> loaders of windows.
 
 Reading and validation live in ``tasks/qa/readers.py``, windowing and batching in
-``tasks/qa/windows.py``; the loader recipe is the shared one of ``tasks/datamodule.py``.
+``tasks/qa/windows.py``; the loader recipe is the shared one of ``tasks/inputs/datamodule.py``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.datamodule import DataSettings, SplitDataModule
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.inputs.datamodule import DataSettings, SplitDataModule
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.qa.readers import LoadReport, check_bad_example_mode, read_squad, report_problems
 from sesame.tasks.qa.windows import WindowDataset, check_question_lengths, encode_windows, window_collator
 

@@ -1,6 +1,6 @@
 """Extractive QA (SQuAD v1.1 / v2.0): encoder -> fusion -> span-pointer head.
 
-Evaluation keeps the logits of every window (rows keyed by window, ``tasks/module.py``) and decodes
+Evaluation keeps the logits of every window (rows keyed by window, ``tasks/base/task_module.py``) and decodes
 all windows of a question together (``tasks/qa/predictions.py``), then scores with the official
 metrics (``tasks/qa/metrics.py``). Files in the run folder (``test_`` prefix for the test split):
 ``predictions.json`` ({id: answer}), ``nbest_predictions.json`` and, for v2, ``null_odds.json``
@@ -20,14 +20,14 @@ from omegaconf import DictConfig
 
 from sesame.heads.calibration import confidence_ece
 from sesame.heads.span_pointer import SpanPointerHead
-from sesame.tasks.distributed import Rows
-from sesame.tasks.hf_weights import load_prefixed_weights
-from sesame.tasks.encoder import Encoder
-from sesame.tasks.module import STAGE_SPLITS, EncoderTaskModule
+from sesame.tasks.core.distributed import Rows
+from sesame.tasks.encoders.hf_weights import load_prefixed_weights
+from sesame.tasks.encoders.encoder import Encoder
+from sesame.tasks.base.task_module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.qa.data import SquadDataSettings
 from sesame.tasks.qa.metrics import compute, raw_scores_v2
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
-from sesame.tasks.settings import Settings
+from sesame.tasks.core.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class SquadModule(EncoderTaskModule):
         self.log("train_loss", loss, prog_bar=True, batch_size=start.shape[0])
         return loss
 
-    # Evaluation (the path is tasks/module.py's) ------------------------------------------------------
+    # Evaluation (the path is tasks/base/task_module.py's) ------------------------------------------------------
     def eval_rows(self, batch: Mapping[str, torch.Tensor], stage: str) -> tuple[dict[str, torch.Tensor], None]:
         """One row per window: its index, its question, start/end logits [B, T] and offsets [B, T, 2]."""
         start, end = self(batch)

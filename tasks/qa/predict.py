@@ -29,9 +29,9 @@ from typing import Any
 import datasets
 import torch
 
-from sesame.tasks.encoder import ENCODER_INPUT_KEYS
-from sesame.tasks.errors import ConfigError, DataError
-from sesame.tasks.predictor import ModelRunner, Predictor, finite, string_field
+from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
+from sesame.tasks.core.errors import ConfigError, DataError
+from sesame.tasks.inference.predictor import ModelRunner, Predictor, finite, string_field
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
 from sesame.tasks.qa.windows import check_question_lengths, encode_windows, window_collator
 

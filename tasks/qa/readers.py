@@ -17,8 +17,8 @@ from typing import Any
 
 import datasets
 
-from sesame.tasks.data_files import check_data_file
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.inputs.data_files import check_data_file
+from sesame.tasks.core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ is never a context token, since the question comes first, so labels (0 = no answ
 (which leaves position 0 unmasked) and decoding (null score = start[0] + end[0]) all agree.
 Offsets are trimmed of white space (DeBERTa-v2/v3's tokenizer counts the space before a word into
 its span), so answers never start or end with one, and widened to whole grapheme clusters
-(``tasks/graphemes.py``): a tokenizer that strips accents ends ``cafe\u0301``'s token before its
+(``tasks/core/graphemes.py``): a tokenizer that strips accents ends ``cafe\u0301``'s token before its
 combining accent, and an answer ending there would lose it.
 """
 
@@ -24,10 +24,10 @@ import numpy as np
 from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.encoder_families import offsets_include_spaces, trim_space_offsets
-from sesame.tasks.errors import ConfigError
-from sesame.tasks.graphemes import cluster_bounds, whole_clusters
+from sesame.tasks.inputs.batching import PaddingCollator
+from sesame.tasks.encoders.families import offsets_include_spaces, trim_space_offsets
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.graphemes import cluster_bounds, whole_clusters
 
 log = logging.getLogger(__name__)
 

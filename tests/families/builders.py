@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from sesame.tasks.paths import shipped_path
+from sesame.tasks.core.paths import shipped_path
 
 #: Longest input any matrix test uses (SQuAD windows); every model gets more positions than this.
 MAX_LENGTH = 128

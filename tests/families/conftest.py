@@ -13,7 +13,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from sesame.tasks.paths import shipped_path
+from sesame.tasks.core.paths import shipped_path
 from tests.families import cells
 from tests.families.builders import build_family, training_sentences
 
@@ -95,7 +95,7 @@ def family_cfg(family_dir: Callable[[str], Path], pair_data: Path) -> Callable[.
 @pytest.fixture(scope="session")
 def family_run(family_cfg: Callable[..., DictConfig], tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], tuple[Path, dict]]:
     """``family_run("xlnet", "ner")``: ``(run folder, metrics)`` of the family's tiny run of a task (trained once)."""
-    from sesame.tasks.runner import train
+    from sesame.tasks.runs.runner import train
 
     runs: dict[tuple[str, str], tuple[Path, dict]] = {}
 

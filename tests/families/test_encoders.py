@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import PretrainedConfig
 
-from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.encoder import Encoder, encoder_inputs, load_tokenizer
-from sesame.tasks.encoder_families import encoder_class, global_attention_mask
-from sesame.tasks.encoder_store import save_encoder_folder
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.inputs.batching import PaddingCollator
+from sesame.tasks.encoders.encoder import Encoder, encoder_inputs, load_tokenizer
+from sesame.tasks.encoders.families import encoder_class, global_attention_mask
+from sesame.tasks.encoders.store import save_encoder_folder
+from sesame.tasks.core.errors import ConfigError
 from tests.families.builders import FAMILY_SPECS
 
 FAMILIES = list(FAMILY_SPECS)

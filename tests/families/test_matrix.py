@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from sesame.tasks.batching import PaddingCollator
-from sesame.tasks.checkpoints import TrainedModel, load_trained
-from sesame.tasks.encoder import Encoder, encoder_inputs, load_tokenizer
-from sesame.tasks.encoder_families import family_of, pooler_linear
-from sesame.tasks.errors import ConfigError
-from sesame.tasks.predictor import Predictor
+from sesame.tasks.inputs.batching import PaddingCollator
+from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
+from sesame.tasks.encoders.encoder import Encoder, encoder_inputs, load_tokenizer
+from sesame.tasks.encoders.families import family_of, pooler_linear
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.inference.predictor import Predictor
 from tests.families.builders import FAMILY_SPECS
 from tests.families.cells import DECLARED, reason_of
 

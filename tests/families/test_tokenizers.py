@@ -8,9 +8,9 @@ import unicodedata
 import numpy as np
 import pytest
 
-from sesame.tasks.encoder import load_tokenizer
-from sesame.tasks.encoder_families import offsets_include_spaces, trim_space_offsets, words_tokenizer
-from sesame.tasks.paths import shipped_path
+from sesame.tasks.encoders.encoder import load_tokenizer
+from sesame.tasks.encoders.families import offsets_include_spaces, trim_space_offsets, words_tokenizer
+from sesame.tasks.core.paths import shipped_path
 from sesame.tasks.qa.readers import read_squad
 from sesame.tasks.qa.windows import encode_windows
 from tests.families.builders import FAMILY_SPECS
@@ -94,8 +94,8 @@ def test_raw_text_words_are_whole_clusters_and_english_words_stay_whole(name, fa
     """NER's raw-text words with each family's pre-tokeniser (byte-level BPE, SentencePiece, WordPiece):
     pre-token spans in the text's own coordinates, no word ends inside a grapheme cluster or is only
     invisible characters, and ASCII text is split as without a tokenizer."""
-    from sesame.tasks.encoder_families import pre_token_spans
-    from sesame.tasks.graphemes import cluster_bounds
+    from sesame.tasks.encoders.families import pre_token_spans
+    from sesame.tasks.core.graphemes import cluster_bounds
     from sesame.tasks.ner.predict import split_words
     from tests.conftest import UNICODE_LINES
 

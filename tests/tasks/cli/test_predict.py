@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from sesame.tasks.cli.predict import main, parse_overrides
-from sesame.tasks.errors import ConfigError
-from sesame.tasks.predictor import Predictor
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.inference.predictor import Predictor
 from tests.tasks.qa.conftest import CTX
-from tests.tasks.test_predictor import sst2_texts, trained_run
+from tests.tasks.inference.test_predictor import sst2_texts, trained_run
 
 
 @pytest.fixture(scope="module")

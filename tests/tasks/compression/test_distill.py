@@ -12,10 +12,10 @@ from hydra.utils import get_class
 from sesame.heads.distillation import distillation_kl
 from sesame.tasks.compression.distill import DistillSettings, TeacherLogitCache
 from sesame.tasks.compression.drop_layers import drop_layers
-from sesame.tasks.evaluation import evaluate
-from sesame.tasks.module import EncoderTaskModule
-from sesame.tasks.errors import ConfigError
-from sesame.tasks.runner import attach_distiller, build_datamodule, config_with_data, train
+from sesame.tasks.runs.evaluation import evaluate
+from sesame.tasks.base.task_module import EncoderTaskModule
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.runs.runner import attach_distiller, build_datamodule, config_with_data, train
 
 
 @pytest.fixture(scope="module")

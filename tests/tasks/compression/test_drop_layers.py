@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from sesame.tasks.checkpoints import load_trained
+from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.compression.drop_layers import drop_layers, select_layers
-from sesame.tasks.evaluation import evaluate
-from sesame.tasks.runner import train
+from sesame.tasks.runs.evaluation import evaluate
+from sesame.tasks.runs.runner import train
 from tests.conftest import prediction_accuracy, read_conll_predictions
 
 PREDICTIONS = {"glue": "val_SST-2.tsv", "ner": "val_predictions.conll"}
@@ -78,7 +78,7 @@ def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cf
     trained = train(make_cfg(f"task={task}", "data.max_eval_examples=32"), run)
     teacher = load_trained(run).module
     out = subprocess.run(
-        [sys.executable, "-m", "sesame.tasks.compression.cli", "drop-layers", str(run), str(tmp_path / "s"), "--keep", "bottom", "--num-layers", "3"],
+        [sys.executable, "-m", "sesame.tasks.cli.compress", "drop-layers", str(run), str(tmp_path / "s"), "--keep", "bottom", "--num-layers", "3"],
         capture_output=True, text=True, check=True,
     )
     report = json.loads(out.stdout)

@@ -10,11 +10,11 @@ from hydra.utils import get_class
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-from sesame.tasks.checkpoints import load_trained
-from sesame.tasks.compression.int8 import count_quantized_linear, is_quantized, quantize_module
+from sesame.tasks.saved.checkpoints import load_trained
+from sesame.tasks.saved.int8 import count_quantized_linear, is_quantized, quantize_module
 from sesame.tasks.compression.quantize import quantize_checkpoint
-from sesame.tasks.evaluation import evaluate
-from sesame.tasks.runner import build_datamodule, config_with_data, train
+from sesame.tasks.runs.evaluation import evaluate
+from sesame.tasks.runs.runner import build_datamodule, config_with_data, train
 
 TASKS = {"glue": ("task=glue",), "ner": ("task=ner",), "squad_v1": ("task=squad_v1", "data.max_eval_examples=8")}
 
@@ -78,7 +78,7 @@ def test_a_quantized_checkpoint_evaluates_through_sesame_eval(make_cfg, glue_run
 
 def test_the_console_script_quantizes_and_refuses_twice(glue_run, tmp_path):
     run, _ = glue_run
-    cmd = [sys.executable, "-m", "sesame.tasks.compression.cli", "quantize"]
+    cmd = [sys.executable, "-m", "sesame.tasks.cli.compress", "quantize"]
     out = subprocess.run([*cmd, str(run), str(tmp_path / "q")], capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)
     assert report["method"] == "dynamic_int8" and (tmp_path / "q" / "checkpoints" / "best.ckpt").is_file()

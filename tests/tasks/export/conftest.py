@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sesame.tasks.checkpoints import TrainedModel, load_trained
-from sesame.tasks.datamodule import SplitDataModule
-from sesame.tasks.runner import build_datamodule, train
+from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
+from sesame.tasks.inputs.datamodule import SplitDataModule
+from sesame.tasks.runs.runner import build_datamodule, train
 
 FAST = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1"]
 RUNS = {

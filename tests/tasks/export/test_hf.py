@@ -9,8 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from sesame.tasks.checkpoints import TrainedModel, build_module
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.saved.checkpoints import TrainedModel, build_module
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export.hf import build_hf_model, export_hf
 from tests.conftest import SST2_DEV, require
 from tests.tasks.export.conftest import dev_data

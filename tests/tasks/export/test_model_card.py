@@ -16,7 +16,7 @@ import torch
 
 from sesame.tasks.export.hf import export_hf
 from sesame.tasks.export.model_card import EXAMPLE_INPUTS
-from sesame.tasks.runner import train
+from sesame.tasks.runs.runner import train
 from tests.conftest import require
 
 SNIPPET = re.compile(r"```(python|bash)\n(.*?)```", re.DOTALL)

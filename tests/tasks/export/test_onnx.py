@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from sesame.tasks.errors import ConfigError, MissingFileError
+from sesame.tasks.core.errors import ConfigError, MissingFileError
 from tests.conftest import require
 from tests.tasks.export.conftest import dev_data
 
 #: Largest allowed |onnxruntime - PyTorch| (float32 graphs agree to ~1e-6 on these models).
 TOLERANCE = 1e-4
-#: The inputs sesame-predict gives a runner (tasks/predictor.py: run_sorted).
+#: The inputs sesame-predict gives a runner (tasks/inference/predictor.py: run_sorted).
 RUNNER_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "context_mask")
 
 
@@ -55,8 +55,8 @@ def _masked_equal(family: str, ref: torch.Tensor, got: torch.Tensor, batch: dict
     ("ner_crf", "token_classification", 20),
 ])
 def test_onnxruntime_gives_pytorch_outputs_and_the_runner_is_a_model_runner(loaded, exported, name, family, limit):
-    from sesame.tasks.export.onnx_runner import OnnxRunner
-    from sesame.tasks.predictor import ModelRunner, TorchRunner
+    from sesame.tasks.inference.onnx_runner import OnnxRunner
+    from sesame.tasks.inference.predictor import ModelRunner, TorchRunner
 
     trained = loaded(name)
     folder, report = exported(name)
@@ -104,7 +104,7 @@ def test_onnxruntime_gives_pytorch_outputs_and_the_runner_is_a_model_runner(load
 def test_the_crf_runner_decodes_with_the_trained_transitions(loaded, exported):
     """The CRF's scores come from crf.safetensors, not from a fresh initialisation: with the file's
     scores replaced, the decoding follows them."""
-    from sesame.tasks.export.onnx_runner import OnnxRunner
+    from sesame.tasks.inference.onnx_runner import OnnxRunner
 
     folder, report = exported("ner_crf")
     assert "crf.safetensors" in report["files"]
@@ -116,7 +116,7 @@ def test_the_crf_runner_decodes_with_the_trained_transitions(loaded, exported):
 
 
 def test_runner_overrides_and_errors(loaded, exported, tmp_path):
-    from sesame.tasks.export.onnx_runner import OnnxRunner
+    from sesame.tasks.inference.onnx_runner import OnnxRunner
 
     folder, _ = exported("qa")
     runner = OnnxRunner.from_folder(folder, {"head.max_answer_length": 7, "data.doc_stride": 16})
@@ -135,7 +135,7 @@ def test_runner_overrides_and_errors(loaded, exported, tmp_path):
 def _raw_inputs(name: str) -> list[dict]:
     import json
 
-    from sesame.tasks.paths import shipped_path
+    from sesame.tasks.core.paths import shipped_path
 
     if name == "glue":
         lines = Path(shipped_path("glue/sst2/dev.tsv")).read_text(encoding="utf-8").splitlines()[1:25]
@@ -150,7 +150,7 @@ def _raw_inputs(name: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", ["glue", "qa", "ner_crf"])
 def test_sesame_predict_on_the_onnx_folder_gives_the_run_folders_predictions(trained_run, exported, name):
-    from sesame.tasks.predictor import Predictor
+    from sesame.tasks.inference.predictor import Predictor
 
     folder, _ = exported(name)
     inputs = _raw_inputs(name)
@@ -173,9 +173,9 @@ def test_sesame_predict_int8_runs_the_int8_graph_or_quantises_a_run(trained_run,
     import json
 
     from sesame.tasks.cli.predict import main
-    from sesame.tasks.compression.int8 import count_quantized_linear
-    from sesame.tasks.export.onnx_runner import OnnxRunner
-    from sesame.tasks.predictor import Predictor, runner_for
+    from sesame.tasks.saved.int8 import count_quantized_linear
+    from sesame.tasks.inference.onnx_runner import OnnxRunner
+    from sesame.tasks.inference.predictor import Predictor, runner_for
 
     folder, _ = exported("glue")
     inputs = _raw_inputs("glue")

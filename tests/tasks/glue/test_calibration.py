@@ -7,10 +7,10 @@ import logging
 import pytest
 import torch
 
-from sesame.tasks.checkpoints import load_trained
-from sesame.tasks.errors import ConfigError
-from sesame.tasks.evaluation import evaluate
-from sesame.tasks.runner import build_datamodule, train
+from sesame.tasks.saved.checkpoints import load_trained
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.runs.evaluation import evaluate
+from sesame.tasks.runs.runner import build_datamodule, train
 from tests.conftest import SST2_DEV
 from tests.heads.test_calibration import ece_by_loop
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from sesame.tasks.checkpoints import read_checkpoint
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.saved.checkpoints import read_checkpoint
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.glue.module import (
     ClassifierHeadSettings,
     SentenceClassificationModule,
 )
-from sesame.tasks.paths import shipped_path
-from sesame.tasks.runner import build_datamodule, config_with_data, train
+from sesame.tasks.core.paths import shipped_path
+from sesame.tasks.runs.runner import build_datamodule, config_with_data, train
 from torch.nn import functional as F
 
 from tests.conftest import tsv_labels

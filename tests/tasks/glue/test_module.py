@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sesame.tasks.runner import build_datamodule, config_with_data, train
+from sesame.tasks.runs.runner import build_datamodule, config_with_data, train
 
 
 def test_rte_pairs_go_in_as_segments_a_and_b(make_cfg, tmp_path):
@@ -91,7 +91,7 @@ def test_mnli_scores_matched_and_mismatched(make_cfg, tmp_path):
 def test_label_names_set_the_order_and_names_of_a_tables_labels(make_cfg, tmp_path):
     """README "Training options": data.label_names fixes the class ids (the order of class weights and of
     the predictions' probabilities) instead of the sorted label values of the training file."""
-    from sesame.tasks.predictor import Predictor
+    from sesame.tasks.inference.predictor import Predictor
 
     path = tmp_path / "reviews.jsonl"
     path.write_text("\n".join('{"review": "%s", "stars": "%s"}' % (t, s) for t, s in [("great film", "good"), ("dull", "bad"), ("fine", "meh")] * 4))

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from sesame.tasks.checkpoints import load_trained, read_checkpoint
-from sesame.tasks.errors import ConfigError, DataError
-from sesame.tasks.evaluation import evaluate
+from sesame.tasks.saved.checkpoints import load_trained, read_checkpoint
+from sesame.tasks.core.errors import ConfigError, DataError
+from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.glue.metrics import multilabel_metrics, tune_thresholds
-from sesame.tasks.runner import build_datamodule, train
+from sesame.tasks.runs.runner import build_datamodule, train
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "multilabel"
 TRAIN, DEV = FIXTURES / "train.tsv", FIXTURES / "dev.tsv"

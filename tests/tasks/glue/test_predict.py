@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sesame.tasks.errors import DataError
-from sesame.tasks.predictor import Predictor
-from tests.tasks.test_predictor import sst2_texts, trained_run
+from sesame.tasks.core.errors import DataError
+from sesame.tasks.inference.predictor import Predictor
+from tests.tasks.inference.test_predictor import sst2_texts, trained_run
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,10 @@
 
 import pytest
 
-from sesame.tasks.errors import DataError, MissingFileError
+from sesame.tasks.core.errors import DataError, MissingFileError
 from sesame.tasks.glue.readers import read_glue_tsv, read_table
 from sesame.tasks.glue.specs import glue_spec
-from sesame.tasks.paths import shipped_path
+from sesame.tasks.core.paths import shipped_path
 
 
 def test_real_sst2_dev_reads_whole():

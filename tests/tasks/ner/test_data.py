@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from sesame.heads.masking import IGNORE_INDEX
-from sesame.tasks.encoder import load_tokenizer
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.encoders.encoder import load_tokenizer
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.ner.data import NerDataModule, NerDataSettings
 from sesame.tasks.ner.tags import encode_tags
 from sesame.tasks.ner.windows import stitch_words
-from sesame.tasks.paths import shipped_path
+from sesame.tasks.core.paths import shipped_path
 
 WNUT_DEV_SLICE = Path(shipped_path("wnut17/dev.300.conll"))
 WNUT_TRAIN_SLICE = Path(shipped_path("wnut17/train.1k.conll"))

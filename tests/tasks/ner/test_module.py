@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from sesame.tasks.ner.module import NerModule
 from sesame.tasks.ner.readers import read_conll
-from sesame.tasks.runner import build_datamodule, config_with_data, train
+from sesame.tasks.runs.runner import build_datamodule, config_with_data, train
 from tests.conftest import read_conll_predictions
 
 SMALL = ["data.max_train_examples=48", "data.max_eval_examples=40", "data.batch_size=8", "data.eval_batch_size=64"]
@@ -153,7 +153,7 @@ def _hf_tagger(tiny_bert_dir: Path, folder: Path, labels: list[str]) -> Path:
 def test_hf_token_classifier_folder_evaluates_with_transformers_logits(make_cfg, tiny_bert_dir, tmp_path, monkeypatch):
     from transformers import BertForTokenClassification
 
-    from sesame.tasks.evaluation import evaluate
+    from sesame.tasks.runs.evaluation import evaluate
 
     dm = build_datamodule(make_cfg("task=ner"))
     dm.setup("fit")
@@ -186,7 +186,7 @@ def test_hf_token_classifier_folder_evaluates_with_transformers_logits(make_cfg,
 
 
 def test_hf_token_classifier_folder_needs_last_layer_no_crf_and_its_tags(make_cfg, tiny_bert_dir, tmp_path):
-    from sesame.tasks.errors import ConfigError
+    from sesame.tasks.core.errors import ConfigError
 
     dm = build_datamodule(make_cfg("task=ner"))
     dm.setup("fit")

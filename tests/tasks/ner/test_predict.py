@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from sesame.tasks.encoder import load_tokenizer
-from sesame.tasks.errors import DataError
-from sesame.tasks.graphemes import cluster_bounds
+from sesame.tasks.encoders.encoder import load_tokenizer
+from sesame.tasks.core.errors import DataError
+from sesame.tasks.core.graphemes import cluster_bounds
 from sesame.tasks.ner.metrics import get_entities
 from sesame.tasks.ner.predict import split_words
 from sesame.tasks.ner.readers import read_conll
-from sesame.tasks.predictor import Predictor
+from sesame.tasks.inference.predictor import Predictor
 from tests.conftest import UNICODE_LINES, read_conll_predictions
-from tests.tasks.test_predictor import trained_run
+from tests.tasks.inference.test_predictor import trained_run
 
 TEXTS = [
     "Marie Curie lived in Paris, didn't she?",
@@ -148,7 +148,7 @@ def test_empty_inputs_are_refused_naming_the_line_and_the_field(ner_run):
 def test_entity_scores_are_the_mean_probability_of_the_predicted_tags(ner_run):
     import torch
 
-    from sesame.tasks.predictor import runner_for
+    from sesame.tasks.inference.predictor import runner_for
 
     runner = runner_for(ner_run)
     (out,) = Predictor.from_runner(runner)([{"tokens": ["Marie", "Curie", "lived", "in", "Paris"]}])

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sesame.tasks.errors import ConfigError, DataError, MissingFileError
+from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
 from sesame.tasks.ner.readers import check_tag, read_conll, read_examples
 from sesame.tasks.ner.tags import build_tag_set, is_iob1
-from sesame.tasks.paths import shipped_path
+from sesame.tasks.core.paths import shipped_path
 
 WNUT_TRAIN_SLICE = Path(shipped_path("wnut17/train.1k.conll"))
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.ner.data import NerDataSettings
 from sesame.tasks.ner.metrics import get_entities
 from sesame.tasks.ner.readers import read_conll
 from sesame.tasks.ner.data import load_tag_names
 from sesame.tasks.ner.tags import apply_tag_scheme, build_tag_set, encode_tags, iob1_to_bio2, is_iob1
-from sesame.tasks.paths import data_dir_path
+from sesame.tasks.core.paths import data_dir_path
 
 CONLL2003_TRAIN = Path(data_dir_path("conll2003/eng.train"))
 

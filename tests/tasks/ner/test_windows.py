@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from sesame.heads.masking import IGNORE_INDEX
-from sesame.tasks.encoder import load_tokenizer
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.encoders.encoder import load_tokenizer
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.ner.readers import read_conll
 from sesame.tasks.ner.tags import build_tag_set, encode_tags
 from sesame.tasks.ner.windows import WindowTokenizer, plan_windows, stitch_words, tokenize_examples
-from sesame.tasks.paths import data_dir_path, shipped_path
+from sesame.tasks.core.paths import data_dir_path, shipped_path
 
 WNUT_DEV_SLICE = Path(shipped_path("wnut17/dev.300.conll"))
 WNUT_TRAIN_SLICE = Path(shipped_path("wnut17/train.1k.conll"))

@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from sesame.tasks.errors import ConfigError, DataError
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.qa.data import SquadDataModule, SquadDataSettings
 
 from .conftest import CTX, qa, squad_obj, squad_settings

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from sesame.tasks.cli.score import main as score_main
-from sesame.tasks.evaluation import evaluate
+from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.qa.metrics import exact_match_score, gold_from_dataset, squad_v1
 from sesame.tasks.qa.module import SquadModule
 from sesame.tasks.qa.predictions import decode_predictions
 from sesame.tasks.qa.readers import read_squad
-from sesame.tasks.runner import build_datamodule, train
+from sesame.tasks.runs.runner import build_datamodule, train
 from tests.heads.test_calibration import ece_by_loop
 
 SMALL = [
@@ -227,7 +227,7 @@ def test_encoder_passes_segment_ids(hf_qa_dir):
     encoder must still hand BERT the token types, or every pair input is read as segment 0."""
     from transformers import BertModel
 
-    from sesame.tasks.encoder import Encoder
+    from sesame.tasks.encoders.encoder import Encoder
 
     encoder = Encoder(str(hf_qa_dir)).eval()
     reference = BertModel.from_pretrained(hf_qa_dir, add_pooling_layer=False).eval()

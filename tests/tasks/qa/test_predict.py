@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sesame.tasks.errors import DataError
-from sesame.tasks.evaluation import evaluate
-from sesame.tasks.graphemes import cluster_bounds
-from sesame.tasks.predictor import Predictor, runner_for
+from sesame.tasks.core.errors import DataError
+from sesame.tasks.runs.evaluation import evaluate
+from sesame.tasks.core.graphemes import cluster_bounds
+from sesame.tasks.inference.predictor import Predictor, runner_for
 from sesame.tasks.qa.readers import read_squad
 from sesame.tasks.qa.windows import encode_windows
 from tests.conftest import UNICODE_LINES
 from tests.tasks.qa.conftest import CTX
-from tests.tasks.test_predictor import run_overrides, trained_run
+from tests.tasks.inference.test_predictor import run_overrides, trained_run
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from sesame.tasks.errors import ConfigError, DataError, MissingFileError
+from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
 from sesame.tasks.qa.readers import read_squad
 
 from .conftest import CTX, qa, squad_obj

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sesame.tasks.errors import ConfigError
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.qa.readers import read_squad
 from sesame.tasks.qa.windows import answer_token_span, check_question_lengths, encode_windows, window_collator
 
@@ -122,7 +122,7 @@ def test_left_padding_tokenizer_is_a_config_error(write_json, tokenizer):
 def test_context_offsets_hold_whole_grapheme_clusters(tokenizer):
     import datasets
 
-    from sesame.tasks.graphemes import cluster_bounds
+    from sesame.tasks.core.graphemes import cluster_bounds
     from sesame.tasks.qa.predictions import decode_predictions
     from tests.conftest import UNICODE_LINES
 

@@ -1,0 +1,360 @@
+"""The Lightning module every task builds on: encoder -> LayerFusion -> (task head), the optimiser,
+and the one evaluation path: collect rows per batch -> gather across ranks by a per-task key ->
+``score(stage, rows)`` -> logged metrics and prediction files.
+
+Task modules subclass :class:`EncoderTaskModule`, build their head from ``self.feature_size`` and
+implement ``forward``, ``training_step``, ``eval_rows`` and ``score``. The whole resolved config is
+saved as the checkpoint's hyper-parameters, so ``Module.load_from_checkpoint(path)`` (and
+``sesame-eval``) rebuild the same module from it alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lightning as L
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from sesame.heads.fusion import LayerFusion
+from sesame.tasks.core.atomic_files import write_json_atomic, write_text_atomic
+from sesame.tasks.core.distributed import Rows, concat_rows, gather_rows
+from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, encoder_inputs
+from sesame.tasks.inputs.feature_cache import FeatureCache
+from sesame.tasks.encoders.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
+from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
+from sesame.tasks.core.errors import DataError, settings_check
+from sesame.tasks.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: A distiller (``tasks/compression/distill.py``): ``(gold_loss, logits, batch, mask) -> (loss, kl)``.
+Distiller = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+#: Evaluation stage -> the data module split it reads.
+STAGE_SPLITS = {"val": "validation", "val_mm": "validation_mismatched", "test": "test"}
+
+
+@dataclass(frozen=True)
+class TaskSettings(Settings):
+    """``cfg.task`` (``conf/task/*.yaml``): which module and data module, and the metric that picks
+    the best checkpoint (higher is better), which is also the job's return value in sweeps."""
+
+    group = "task"
+    name: str
+    module: str
+    datamodule: str
+    main_metric: str
+    entity_metric: str | None = None  # task=ner only: conlleval | strict
+
+
+@dataclass(frozen=True)
+class FusionSettings(Settings):
+    """``cfg.fusion`` (``conf/fusion/*.yaml``): which hidden states make the feature (``heads/fusion.py``)."""
+
+    group = "fusion"
+    mode: str
+    layers: tuple[int, ...] | None = None  # fusion=layers only
+    combine: str | None = None  # fusion=layers only: mean | sum | concat
+
+
+def as_config(cfg: Mapping[str, Any] | DictConfig) -> DictConfig:
+    """A resolved, plain-data copy of ``cfg`` (what the checkpoint stores)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    return OmegaConf.create(dict(cfg))
+
+
+class EncoderTaskModule(L.LightningModule):
+    """Encoder + layer fusion + finetune policy + the evaluation path. Subclasses add a head,
+    losses and metrics.
+
+    ``encode(batch)`` -> fused features [B, T, feature_size].
+    """
+
+    #: Columns of ``eval_rows`` that identify one prediction (repeats across ranks count once).
+    eval_key: ClassVar[tuple[str, ...]] = ("index",)
+    #: The column of ``eval_rows`` naming the example (sentence, question, sentence pair) a row belongs
+    #: to: an example is scored only when all its rows were evaluated (``SplitDataModule.eval_units``).
+    eval_unit: ClassVar[str] = "index"
+    #: Fill values for per-token eval columns padded to a common length (default 0).
+    eval_pad_values: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
+        """``encoder``: an encoder already built for ``cfg.encoder`` (loading a trained model builds it
+        from the run's ``encoder/`` folder); None loads ``cfg.encoder.name_or_path``."""
+        super().__init__()
+        self.cfg = as_config(cfg)
+        self.save_hyperparameters({"cfg": OmegaConf.to_container(self.cfg)})
+        self.task = TaskSettings.from_config(self.cfg.task)
+        self.main_metric = self.task.main_metric
+        self.encoder = encoder or Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
+        fusion = FusionSettings.from_config(self.cfg.fusion)
+        with settings_check():
+            self.fusion = LayerFusion(
+                self.encoder.num_hidden_states, self.encoder.hidden_size, mode=fusion.mode,
+                layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
+            )
+        self.feature_size = self.fusion.output_size
+        self.finetune = FinetuneSettings.from_config(self.cfg.finetune)
+        self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
+        for param in self.encoder.unread_parameters(max(self.fusion.indices)):
+            param.requires_grad_(False)  # no gradient reaches them: not trained (DDP needs every trained one used)
+        if not self.reads_encoder_pooler():
+            self.encoder.drop_pooler()
+        self._frozen_digest: str | None = None
+        self.output_dir: Path | None = None
+        self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
+        self.distiller: Distiller | None = None  # set by the runner when distill.teacher is set
+        self._eval_rows: dict[str, list[Rows]] = {}
+        #: The metrics of the latest evaluation of each stage, exactly as computed (float64 values,
+        #: integer counts): what metrics.json holds, where Lightning's logged copies are float32.
+        self.evaluated: dict[str, float | int | None] = {}
+        # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
+        # without this, full fine-tuning would silently train with dropout off.
+        self.train()
+
+    def reads_encoder_pooler(self) -> bool:
+        """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
+        then drops the encoder's pooler itself. Every other module drops it at once."""
+        return False
+
+    @property
+    def encoder_frozen(self) -> bool:
+        return self.finetune.mode == "frozen"
+
+    def train(self, mode: bool = True) -> EncoderTaskModule:
+        super().train(mode)
+        for part in self._eval_only_parts:  # frozen parts keep dropout off while the head trains
+            part.eval()
+        return self
+
+    def unintended_eval_modules(self) -> list[str]:
+        """Submodules in eval mode that the finetune mode does not keep there (Lightning warns of every
+        module in eval mode when training starts; the frozen parts are meant to be)."""
+        kept = {id(m) for part in self._eval_only_parts for m in part.modules()}
+        return [name for name, m in self.named_modules() if not m.training and id(m) not in kept]
+
+    # Frozen encoder weights: stored once in the run's encoder/ folder, not in every checkpoint ---------
+    def stored_once_keys(self) -> list[str]:
+        """State-dict keys of the encoder weights this run never trains, which checkpoints leave out
+        (``tasks/encoders/store.py``): none under full fine-tuning, where the checkpoint holds them all."""
+        if self.finetune.mode == "full":
+            return []
+        return [f"encoder.{name}" for name, p in self.encoder.named_parameters() if not p.requires_grad]
+
+    def stored_once_digest(self) -> str:
+        if self._frozen_digest is None:  # they never change during a run: hashed once
+            params = dict(self.named_parameters())
+            self._frozen_digest = weights_digest((k, params[k]) for k in self.stored_once_keys())
+        return self._frozen_digest
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        keys = self.stored_once_keys()
+        if not keys:
+            return
+        state = checkpoint["state_dict"]
+        for key in keys:
+            state.pop(key, None)
+        checkpoint[FROZEN_KEY] = {"keys": keys, "digest": self.stored_once_digest(),
+                                  "encoder": str(self.encoder.name_or_path)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.drop_unused_pooler(checkpoint)
+        self.fill_stored_once(checkpoint, source="the pretrained encoder")
+
+    def drop_unused_pooler(self, checkpoint: dict[str, Any]) -> None:
+        """Leave out the encoder pooler's weights of a checkpoint written before sesame dropped the unused
+        pooler (``Encoder.drop_pooler``): this module has no place for them."""
+        if getattr(self.encoder.model, "pooler", "none to drop") is None:
+            state = checkpoint["state_dict"]
+            for key in [k for k in state if k.startswith("encoder.model.pooler.")]:
+                del state[key]
+
+    def fill_stored_once(self, checkpoint: dict[str, Any], source: str) -> None:
+        """Put the frozen encoder weights a checkpoint left out back into its state dict, from this
+        module's encoder (loaded from ``source``), once their digest matches the recorded one."""
+        record = checkpoint.get(FROZEN_KEY)
+        if not record:
+            return
+        params = dict(self.named_parameters())
+        missing = [k for k in record["keys"] if k not in params]
+        if missing:
+            raise DataError(f"the checkpoint's frozen encoder weights ({', '.join(missing[:3])}, ...) do not exist in "
+                            f"{source}: it is not the encoder the model was trained on ({record['encoder']})")
+        digest = weights_digest((k, params[k]) for k in record["keys"])
+        if digest != record["digest"]:
+            raise DataError(
+                f"the frozen encoder weights in {source} differ from those the checkpoint was trained on "
+                f"({record['encoder']}; sha256 {record['digest'][:12]}..., found {digest[:12]}...). "
+                "Fix: point encoder.name_or_path at the pretrained weights the run used"
+            )
+        checkpoint["state_dict"].update({k: params[k].detach().clone() for k in record["keys"]})
+
+    def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The hidden states the fusion reads, each [B, T, H]: all of them, or only the last (a
+        1-tuple) for a fusion that reads nothing else. No graph is kept for a frozen encoder."""
+        if self.feature_cache is not None:
+            cached = self.feature_cache.lookup(batch)
+            if cached is not None:
+                return cached
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+            return self.encoder(**encoder_inputs(batch), all_layers=not self.fusion.reads_last_only)
+
+    def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Fused per-token features [B, T, feature_size]."""
+        return self.fusion(self.hidden_states(batch))
+
+    def head_named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """Every parameter outside the encoder (fusion weights and the task head)."""
+        for name, param in self.named_parameters():
+            if not name.startswith("encoder."):
+                yield name, param
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer, scheduler = build_optimizer(
+            self.encoder, self.head_named_parameters(), self.finetune, int(self.trainer.estimated_stepping_batches),
+            allow_fused="mixed" not in str(self.trainer.precision),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        """Log what the Hugging Face Trainer logs at each step: the learning rate of each parameter group
+        (``lr_encoder``, ``lr_head``) and the gradients' total L2 norm before clipping (``grad_norm``), into
+        every logger, at ``trainer.log_every_n_steps``."""
+        rates: dict[str, float] = {}
+        for index, group in enumerate(optimizer.param_groups):
+            # A group without a name: an optimiser state saved before groups were named (a resumed run).
+            rates.setdefault(f"lr_{group.get('name', f'group{index}')}", float(group["lr"]))
+        for name, rate in rates.items():
+            self.log(name, rate, on_step=True, on_epoch=False, batch_size=1)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)  # what clipping measures (gradient_clip_val)
+            self.log("grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable | None = None) -> None:
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        # Free the gradients at once: Lightning clears them only before the next step's forward, so
+        # they (one float per trained weight, 87 MiB for MiniLM-L6) would sit through its activations
+        # and raise peak memory above the Hugging Face Trainer's. Accumulation is unaffected: this
+        # runs only after an optimiser step.
+        optimizer.zero_grad(set_to_none=True)
+
+    def distill(
+        self, gold_loss: torch.Tensor, logits: torch.Tensor | tuple[torch.Tensor, ...],
+        batch: Mapping[str, torch.Tensor], mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The training loss: ``gold_loss`` as it is, or with a teacher ``alpha * gold_loss + (1 - alpha) * kl``.
+
+        Args:
+            gold_loss: the task's own loss (scalar).
+            logits: this module's ``forward(batch)`` output, a tensor [..., C] or a tuple of them, with
+                the distribution over the last dim (GLUE [B, C]; NER [B, T, C]; QA start/end [B, T]).
+            batch: the batch both models read.
+            mask: [...] bool, the rows of ``logits`` that count (NER: the word positions); None = all.
+        """
+        if self.distiller is None:
+            return gold_loss
+        loss, kl = self.distiller(gold_loss, logits, batch, mask)
+        self.log("train_distill_kl", kl, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    # Evaluation: collect -> gather -> score -------------------------------------------------------
+    def eval_rows(self, batch: Mapping[str, torch.Tensor], stage: str) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """``(rows, loss)`` of one evaluation batch: equal-length columns (tensors [N, ...]) holding the
+        ``eval_key`` columns and whatever ``score`` needs, and the batch loss (None without labels)."""
+        raise NotImplementedError
+
+    def score(self, stage: str, rows: Rows) -> dict[str, float]:
+        """Metrics (unprefixed names) from every rank's rows of ``stage``, each key once and sorted by
+        key; writes the stage's prediction files (through ``write_json`` / ``write_text``)."""
+        raise NotImplementedError
+
+    def eval_stage(self, stage: str, dataloader_idx: int) -> str:
+        """The stage name of an evaluation loader (tasks with a second dev set override this)."""
+        return stage
+
+    def _collect(self, batch: Mapping[str, torch.Tensor], stage: str) -> None:
+        rows, loss = self.eval_rows(batch, stage)
+        if loss is not None:
+            # sync_dist: under DDP each rank saw part of the data; the logged loss is over all of it
+            self.log(f"{stage}_loss", loss, batch_size=batch["input_ids"].shape[0], add_dataloader_idx=False, sync_dist=True)
+        self._eval_rows.setdefault(stage, []).append({k: v.detach().cpu().numpy() for k, v in rows.items()})
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._collect(batch, self.eval_stage("val", dataloader_idx))
+
+    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._collect(batch, self.eval_stage("test", dataloader_idx))
+
+    def on_validation_epoch_end(self) -> None:
+        self._score_collected()
+
+    def on_test_epoch_end(self) -> None:
+        self._score_collected()
+
+    def _score_collected(self) -> None:
+        collected, self._eval_rows = self._eval_rows, {}
+        if self._trainer is not None and self.trainer.sanity_checking:
+            return  # a few batches to catch crashes early: no metrics, no prediction files
+        for stage, parts in collected.items():
+            rows = gather_rows(concat_rows(parts, self.eval_pad_values), self.eval_key, self.eval_pad_values)
+            rows, scored, total = self._complete_examples(stage, rows)
+            # Nothing whole to score: the main metric is NaN (worst for checkpoint choice), not missing.
+            metrics = self.score(stage, rows) if scored else {self.main_metric.removeprefix(f"{stage}_"): float("nan")}
+            for name, value in metrics.items():
+                name = f"{stage}_{name}"
+                if isinstance(value, (int, np.integer)) and not isinstance(value, bool):  # a count (e.g. v2's NoAns_total)
+                    self.evaluated[name] = int(value)
+                else:
+                    self.evaluated[name] = float(value) if math.isfinite(value) else None
+                self.log(name, float(value), prog_bar=name == self.main_metric, sync_dist=False, rank_zero_only=False)
+            self.evaluated[f"{stage}_examples_scored"] = scored
+            self.evaluated[f"{stage}_examples_total"] = total
+
+    def _complete_examples(self, stage: str, rows: Rows) -> tuple[Rows, int, int]:
+        """The rows of the examples all of whose rows were evaluated, and how many examples that is of
+        how many the split has. An evaluation cut short (``trainer.limit_val_batches``) sees only some
+        windows of a question or some words of a sentence; scoring those would be wrong."""
+        expected = np.bincount(np.asarray(self.split_data().eval_units(STAGE_SPLITS[stage]), dtype=np.int64))
+        units = rows[self.eval_unit].astype(np.int64)
+        seen = np.bincount(units, minlength=len(expected))
+        complete = (seen == expected) & (expected > 0)
+        scored, total = int(complete.sum()), int((expected > 0).sum())
+        if scored < total:
+            log.warning("%s: scoring %d of %d examples; the others were not (fully) evaluated "
+                        "(trainer.limit_val_batches / limit_test_batches?)", stage, scored, total)
+        keep = complete[units]
+        return {k: v[keep] for k, v in rows.items()}, scored, total
+
+    def split_data(self) -> Any:
+        """The data module attached to the trainer (its examples give contexts, sentences, gold answers)."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is None:
+            raise RuntimeError(f"{type(self).__name__} needs its data module at evaluation: "
+                               "trainer.validate(module, datamodule=dm)")
+        return datamodule
+
+    # Output files --------------------------------------------------------------------------------
+    def write_json(self, name: str, obj: Any) -> Path | None:
+        """Write ``obj`` atomically into the run folder (only on rank 0; no-op without a run folder)."""
+        if self.output_dir is None or not self._is_global_zero():
+            return None
+        return write_json_atomic(self.output_dir / name, obj)
+
+    def write_text(self, name: str, text: str) -> Path | None:
+        if self.output_dir is None or not self._is_global_zero():
+            return None
+        return write_text_atomic(self.output_dir / name, text)
+
+    def _is_global_zero(self) -> bool:
+        return self._trainer is None or self.trainer.is_global_zero
+

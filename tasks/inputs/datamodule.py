@@ -1,0 +1,127 @@
+"""What every task's data module shares: typed settings, named splits, and one loader recipe.
+
+``conf/data/*.yaml`` -> the task's ``settings_class`` (a ``tasks/core/settings.py`` ``Settings``)
+-> ``SplitDataModule(settings, tokenizer, seed)`` -> loaders from ``tasks/inputs/batching.py`` ``make_loader``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import lightning as L
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+from transformers import PreTrainedTokenizerBase
+
+from sesame.tasks.inputs.batching import make_loader
+from sesame.tasks.encoders.encoder import check_max_seq_length
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.settings import Settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSettings(Settings):
+    """What every task's ``cfg.data`` has: its files and how its batches are made. Each task's
+    settings class (``tasks/<task>/data.py``) adds its own keys."""
+
+    group: ClassVar[str] = "data"
+    train_file: str | None
+    validation_file: str | None
+    test_file: str | None
+    max_seq_length: int  # tokens per example or window
+    batch_size: int
+    eval_batch_size: int
+    max_train_examples: int | None  # the first N (null = all)
+    max_eval_examples: int | None
+    num_workers: int
+    group_by_length: bool  # training batches of similar length, shuffled batch by batch
+
+    def __post_init__(self) -> None:
+        for key in ("max_seq_length", "batch_size", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key}={getattr(self, key)}: must be at least 1")
+        for key in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{key}={value}: use a positive number, or null for all examples")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers={self.num_workers}: use 0 (load in the main process) or more")
+
+
+class SplitDataModule(L.LightningDataModule):
+    """A data module whose splits are ``train``, ``validation`` and ``test``.
+
+    Subclasses set ``settings_class`` (a :class:`DataSettings`) and ``self.collator``, and implement ``dataset(split)``
+    and ``has_split(split)``. ``resume_at`` is set by
+    ``tasks/runs/checkpoint_callbacks.py`` ``TrainingResumeCallback`` when a run resumes mid-epoch.
+    """
+
+    settings_class: ClassVar[type[DataSettings]]
+    resume_at: tuple[int, int] | None = None
+
+    def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
+        super().__init__()
+        check_max_seq_length(settings.max_seq_length, tokenizer)
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.seed = int(seed)
+        self.collator: Any = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> SplitDataModule:
+        """Build from the composed config: ``cfg.data`` through ``settings_class``, and ``cfg.seed``."""
+        return cls(cls.settings_class.from_config(cfg["data"]), tokenizer, seed=int(cfg["seed"]))
+
+    def dataset(self, split: str) -> Dataset:
+        raise NotImplementedError
+
+    def has_split(self, split: str) -> bool:
+        raise NotImplementedError
+
+    def config_updates(self) -> dict[str, Any]:
+        """What the module must learn from the data (label or tag sets), merged into the saved config."""
+        return {}
+
+    def eval_units(self, split: str) -> np.ndarray:
+        """[R] for every row an evaluation of ``split`` yields (one per example, word or window), the
+        example it belongs to; the module scores an example only once all its rows were evaluated."""
+        raise NotImplementedError
+
+    def example_lengths(self, split: str) -> list[int]:
+        """Tokens per example of ``split``, for length-sorted evaluation batches."""
+        ds = self.dataset(split)
+        if hasattr(ds, "lengths"):
+            return list(ds.lengths())
+        return [len(ids) for ids in ds["input_ids"]]
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        s = self.settings
+        batch_size = int(s.batch_size if train else s.eval_batch_size)
+        dataset = self.dataset(split)
+        # Under DDP sesame's samplers shard themselves (tasks/inputs/batching.py); no trainer yet (the
+        # feature cache's loaders): one process, every example.
+        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        if train and world_size > 1 and len(dataset) < batch_size * world_size:
+            raise ConfigError(
+                f"data.batch_size={batch_size} on {world_size} processes makes global batches of "
+                f"{batch_size * world_size}, more than the {len(dataset)} training examples (QA: windows): under DDP every rank "
+                f"trains on full batches only. Fix: lower data.batch_size (or trainer.devices / trainer.num_nodes)")
+        return make_loader(
+            dataset, train=train, batch_size=batch_size, collate_fn=self.collator, num_workers=int(s.num_workers),
+            lengths=self.example_lengths(split) if not train or s.group_by_length else None, seed=self.seed,
+            resume_at=self.resume_at, group_by_length=train and bool(s.group_by_length),
+            rank=rank, world_size=world_size,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        loader = self._loader("train", train=True)
+        self.resume_at = None  # only the first loader after a resume skips what was done
+        return loader
+
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        return self._loader("validation", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)

@@ -1,0 +1,100 @@
+"""Evaluate a trained model: a sesame run folder or checkpoint, or a Hugging Face ``...For<Task>`` folder.
+
+``cfg.model`` names what to evaluate (``conf/eval.yaml``). The evaluation itself is the same
+validate / test path a training run ends with (``tasks/base/task_module.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from sesame.tasks.saved.checkpoints import build_module, is_hf_model_folder, load_trained
+from sesame.tasks.saved.int8 import QUANTIZED_TRAINER, is_quantized
+from sesame.tasks.encoders.encoder import check_tokenizer_fits
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.known_noise import known_noise_silenced
+from sesame.tasks.base.task_module import EncoderTaskModule
+from sesame.tasks.runs.run_lock import holds_run_folder
+from sesame.tasks.runs.runner import build_datamodule, build_trainer, config_with_data, finish_run, flat_metrics
+from sesame.tasks.saved.trained_overrides import check_overridable, override_keys, select_overrides
+
+log = logging.getLogger(__name__)
+
+#: Data settings a trained model keeps whatever data it is evaluated on: they define its outputs.
+LABEL_KEYS = ("label_names", "tag_names", "multi_label", "label_separator", "regression", "metrics")
+#: Data settings that decide how a trained model's inputs are tokenised: the run's unless overridden by name.
+TOKENISATION_KEYS = ("max_seq_length", "doc_stride", "label_all_subwords")
+
+
+def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple[EncoderTaskModule | None, DictConfig]:
+    """The module to evaluate (None for a Hugging Face folder: built once its data is read), and the
+    config its data must be read with.
+
+    ``overrides`` are the command line's (Hydra's ``key=value`` strings): for a trained sesame model,
+    its own config is the base and the ``encoder.*`` / ``head.*`` settings named there are applied
+    over it (``tasks/saved/trained_overrides.py``); its data comes from this command.
+    """
+    if OmegaConf.is_missing(cfg, "model") or cfg.get("model") is None:
+        raise ConfigError("sesame-eval needs model=<run folder | .ckpt | Hugging Face model folder> "
+                          "(the key was called checkpoint= before)")
+    source = Path(str(cfg.model)).expanduser()
+    if is_hf_model_folder(source):
+        return None, OmegaConf.merge(cfg, {"encoder": {"name_or_path": str(source)}})
+    keys = override_keys(overrides)
+    check_overridable(keys, source)
+    model_overrides = {k: v for k, v in select_overrides(cfg, keys).items() if not k.startswith("data.")}
+    trained = load_trained(source, overrides=model_overrides)
+    if trained.cfg["task"]["name"] != cfg.task.name:
+        raise ConfigError(f"{trained.checkpoint} was trained for task={trained.cfg['task']['name']}, not "
+                          f"task={cfg.task.name}. Fix: pass task={trained.cfg['task']['name']}")
+    # The trained model's settings; this command's data files and trainer; never the training file.
+    # What defines its outputs too: the label / tag set (GLUE label_names, NER tag_names; QA data has
+    # neither), and for tables the kind of task and its metrics (the main metric is one of them).
+    trained_data = trained.cfg["data"]
+    labels = {k: trained_data[k] for k in LABEL_KEYS if k in trained_data}
+    # How the model's inputs are cut is the run's too, unless this command sets it on purpose.
+    tokenisation = {}
+    for key in TOKENISATION_KEYS:
+        if key not in trained_data or key not in cfg.data:
+            continue
+        if f"data.{key}" in keys:
+            log.info("data.%s=%s, as this command sets it (the model was trained with %s)", key, cfg.data[key], trained_data[key])
+        else:
+            tokenisation[key] = trained_data[key]
+            log.info("data.%s=%s, the model's own", key, trained_data[key])
+    data = OmegaConf.merge(cfg.data, {"train_file": None, **labels, **tokenisation})
+    # The encoder (and its tokenizer) load from where the trained model's did.
+    encoder = {**trained.cfg["encoder"], "name_or_path": trained.encoder_folder, "tokenizer": trained.tokenizer_source}
+    datamodule_cfg = OmegaConf.merge(trained.cfg, {"data": data, "trainer": cfg.trainer, "encoder": encoder,
+                                                   "logger": cfg.get("logger")})
+    if is_quantized(trained.cfg):  # int8 kernels run on CPU
+        datamodule_cfg = OmegaConf.merge(datamodule_cfg, {"trainer": QUANTIZED_TRAINER})
+    return trained.module, datamodule_cfg
+
+
+@holds_run_folder
+@known_noise_silenced()
+def evaluate(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict[str, float]:
+    """Validate / test the model ``cfg.model`` names; write metrics and predictions into ``run_dir``.
+    ``overrides``: the command line's, see :func:`load_for_evaluation`."""
+    module, cfg = load_for_evaluation(cfg, overrides)
+    datamodule = build_datamodule(cfg)
+    datamodule.setup("validate")
+    if module is None:  # a Hugging Face folder: the encoder loads from it, the head from its task weights
+        cfg = config_with_data(cfg, datamodule)
+        module = build_module(cfg)
+        module.load_hf_head(cfg.encoder.name_or_path)
+    check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
+    module.output_dir = run_dir
+    trainer = build_trainer(cfg, run_dir, monitor=None)
+    metrics: dict[str, float] = {}
+    if datamodule.has_split("validation"):
+        metrics.update(flat_metrics(trainer.validate(module, datamodule=datamodule, verbose=False)))
+    if datamodule.has_split("test"):
+        metrics.update(flat_metrics(trainer.test(module, datamodule=datamodule, verbose=False)))
+    finish_run(module, metrics, run_dir)
+    return metrics

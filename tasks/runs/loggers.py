@@ -1,0 +1,118 @@
+"""Where a run's training curves go (``logger=`` in ``conf/logger/``), and its progress bar.
+
+Every run writes ``<run>/logs/metrics.csv`` (``sesame-report`` reads it); ``logger=tensorboard``,
+``logger=mlflow`` and ``logger=wandb`` log the same values a second time, into files under the run
+folder, without any server or network:
+
+* ``tensorboard``: event files in ``<run>/logs/`` (``tensorboard --logdir outputs``);
+* ``mlflow``: a local file store, ``<run>/mlruns/`` unless ``logger.tracking_uri`` names another;
+* ``wandb``: an offline run in ``<run>/wandb/offline-run-*`` (upload later with ``wandb sync``).
+
+Each is an optional extra of pyproject.toml (``pip install 'sesame[tensorboard]'``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger, Logger
+
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.settings import Settings
+
+#: The package each logger besides csv needs; each is also the name of the pyproject extra that installs it.
+PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
+
+
+@dataclass(frozen=True)
+class LoggerSettings(Settings):
+    """``cfg.logger`` (``conf/logger/<name>.yaml``)."""
+
+    group = "logger"
+    #: Which keys each logger reads besides ``name``, and which of them must be set.
+    KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "csv": (), "tensorboard": (), "mlflow": ("experiment_name", "tracking_uri"), "wandb": ("project",),
+    }
+    REQUIRED: ClassVar[dict[str, tuple[str, ...]]] = {"mlflow": ("experiment_name",), "wandb": ("project",)}
+    name: str                          # csv | tensorboard | mlflow | wandb
+    experiment_name: str | None = None  # mlflow: the experiment the run is logged under
+    tracking_uri: str | None = None     # mlflow: None -> file:<run>/mlruns (a local file store)
+    project: str | None = None          # wandb: the project an offline run is synced to later
+
+    def __post_init__(self) -> None:
+        if self.name not in self.KEYS:
+            raise ConfigError(f"logger={self.name}: unknown logger; use one of {', '.join(self.KEYS)} "
+                              "(conf/logger/)")
+        extra = [k for k in ("experiment_name", "tracking_uri", "project")
+                 if getattr(self, k) is not None and k not in self.KEYS[self.name]]
+        if extra:
+            raise ConfigError(f"logger.{extra[0]} is not a setting of logger={self.name}. Fix: remove it")
+        missing = [k for k in self.REQUIRED.get(self.name, ()) if not getattr(self, k)]
+        if missing:
+            raise ConfigError(f"logger.{missing[0]} is not set: logger={self.name} needs it (conf/logger/{self.name}.yaml)")
+        check_installed(self.name)
+
+
+def csv_logger(run_dir: Path) -> CSVLogger:
+    """``<run>/logs/metrics.csv``: written by every run."""
+    return CSVLogger(save_dir=str(run_dir), name="logs", version="")
+
+
+def run_name(run_dir: Path) -> str:
+    """A run's name in MLflow / W&B: its folder and the one above (``glue/2026-05-01_12-00-00``,
+    or for --multirun ``2026-05-01_12-00-00/3``)."""
+    return "/".join(Path(run_dir).resolve().parts[-2:])
+
+
+def check_installed(name: str) -> None:
+    """A ConfigError naming the extra to install when logger ``name`` needs a package that is missing."""
+    package = PACKAGES.get(name)
+    if package and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"logger={name} needs the {package} package. Fix: pip install 'sesame[{package}]' "
+                          f"(or pip install {package}), or use logger=csv")
+
+
+def build_loggers(settings: LoggerSettings, run_dir: Path) -> list[Logger]:
+    """The CSV logger, then the one ``settings`` names (if not csv)."""
+    loggers: list[Logger] = [csv_logger(run_dir)]
+    if settings.name == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        # Next to metrics.csv; no placeholder hp_metric.
+        loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="logs", version="", default_hp_metric=False))
+    elif settings.name == "mlflow":
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        uri = settings.tracking_uri or (Path(run_dir).resolve() / "mlruns").as_uri()
+        if uri.startswith("file:"):
+            # MLflow 3 keeps its file store in maintenance mode and refuses it unless asked for.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        loggers.append(MLFlowLogger(experiment_name=settings.experiment_name, run_name=run_name(run_dir),
+                                    tracking_uri=uri))
+    elif settings.name == "wandb":
+        import wandb
+        from lightning.pytorch.loggers import WandbLogger
+
+        os.environ["WANDB_MODE"] = "offline"  # never the network, whatever the user's wandb settings say
+        if wandb.run is not None:
+            # A run of this process before (a --multirun job, a training before its evaluation): Lightning
+            # would log into it; each sesame run is one W&B run.
+            wandb.finish()
+        loggers.append(WandbLogger(offline=True, save_dir=str(run_dir), project=settings.project,
+                                   name=run_name(run_dir)))
+    return loggers
+
+
+def progress_bar_callbacks(enabled: bool) -> list[Callback]:
+    """Lightning's ``RichProgressBar`` where ``rich`` is installed and the bar is on; else none (Lightning's
+    default bar, or none with ``trainer.enable_progress_bar=false``)."""
+    if not enabled or importlib.util.find_spec("rich") is None:
+        return []
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    return [RichProgressBar()]

@@ -1,0 +1,375 @@
+"""One training run: settings -> data -> module (+ feature cache, teacher) -> Lightning fit /
+validate / test -> files in the run folder.
+
+The console scripts compose the config and call :func:`train`; tests call it directly.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+import logging
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import get_class
+from lightning.pytorch.callbacks import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from sesame.tasks.core.atomic_files import torch_save_atomic, write_json_atomic, write_text_atomic
+from sesame.tasks.runs.checkpoint_callbacks import (
+    AtomicCheckpointIO,
+    CheckpointSettings,
+    StopOnSigterm,
+    TrainingResumeCallback,
+    checkpoint_callback,
+    periodic_checkpoint_callback,
+    sigterm_stops_the_run,
+)
+from sesame.tasks.saved.checkpoint_files import load_checkpoint_file
+from sesame.tasks.saved.checkpoints import build_module, resolve_resume
+from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
+from sesame.tasks.inputs.datamodule import SplitDataModule
+from sesame.tasks.core.distributed import is_main_process
+from sesame.tasks.runs.compilation import CompileEncoder
+from sesame.tasks.runs.throughput import TrainingThroughput
+from sesame.tasks.runs.early_stopping import EarlyStoppingSettings, early_stopping_callbacks
+from sesame.tasks.encoders.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
+from sesame.tasks.encoders.store import ENCODER_FOLDER, has_weights, save_encoder_folder
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.inputs.feature_cache import CacheSettings, build_or_open
+from sesame.tasks.core.known_noise import known_noise_silenced
+from sesame.tasks.runs.loggers import LoggerSettings, build_loggers, progress_bar_callbacks
+from sesame.tasks.base.task_module import EncoderTaskModule, TaskSettings
+from sesame.tasks.runs.run_lock import holds_run_folder
+
+log = logging.getLogger(__name__)
+
+
+def build_datamodule(cfg: DictConfig) -> SplitDataModule:
+    """The data module ``task.datamodule`` names, with ``cfg.data`` read by its settings class."""
+    tokenizer = load_tokenizer(EncoderSettings.from_config(cfg.encoder))
+    return get_class(TaskSettings.from_config(cfg.task).datamodule).from_config(cfg, tokenizer)
+
+
+def config_with_data(cfg: DictConfig, datamodule: SplitDataModule) -> DictConfig:
+    """Merge what the data decides (label sets) into the config the module is built from."""
+    updates = datamodule.config_updates()
+    return OmegaConf.merge(cfg, updates) if updates else cfg
+
+
+def build_trainer(
+    cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None,
+    every_n_train_steps: int | None = None,
+) -> L.Trainer:
+    """A ``lightning.Trainer`` with ``cfg.trainer``'s arguments (all but ``early_stopping`` and ``compile``), the run's
+    checkpoints (best by ``monitor``, the task's main metric; None without validation data), early
+    stopping on ``monitor`` when set, ``<run>/logs/metrics.csv`` plus the ``logger`` group's logger
+    (a config without one, e.g. an older run's: csv only), and a rich progress bar where it shows."""
+    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    stopping = kwargs.pop("early_stopping", None)  # a trainer block without one: off
+    compile_encoder = bool(kwargs.pop("compile", False))
+    check_trainer_keys(kwargs)
+    stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
+    logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
+    callbacks = [
+        checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), TrainingThroughput(run_dir),
+        *early_stopping_callbacks(stopping, monitor), *(extra_callbacks or []), StopOnSigterm(run_dir),
+        *progress_bar_callbacks(kwargs.get("enable_progress_bar") is not False),
+        *([CompileEncoder()] if compile_encoder else []),
+    ]
+    if every_n_train_steps:
+        callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
+    return L.Trainer(
+        **kwargs,
+        default_root_dir=str(run_dir),
+        callbacks=callbacks,
+        logger=build_loggers(logger, run_dir),
+        plugins=[AtomicCheckpointIO()],
+        # DDP ranks take their slices of one global order (tasks/inputs/batching.py): Lightning's sampler
+        # wrapper would shuffle again and pad with repeats
+        use_distributed_sampler=False,
+    )
+
+
+#: Trainer arguments sesame sets itself, and why: a ``trainer.<key>`` for them is refused, not replaced.
+OWN_TRAINER_ARGS = {
+    "default_root_dir": "the run folder is hydra.run.dir",
+    "callbacks": "sesame's checkpoints, resume and stopping callbacks",
+    "logger": "the logger group (logger=csv|tensorboard|mlflow|wandb)",
+    "plugins": "atomic, data-only checkpoint files",
+    "use_distributed_sampler": "sesame's samplers shard themselves across DDP ranks (tasks/inputs/batching.py), "
+                               "so Lightning's wrapper stays off",
+}
+
+
+def check_trainer_keys(kwargs: dict[str, Any]) -> None:
+    """Every ``trainer.*`` key (beside ``early_stopping`` and ``compile``) must be a ``lightning.Trainer``
+    argument sesame leaves to the config: a misspelt one names itself and its closest match, one that
+    sesame sets says why, instead of failing inside Lightning or being silently replaced."""
+    accepted = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", *OWN_TRAINER_ARGS}
+    for key in kwargs:
+        if key in OWN_TRAINER_ARGS:
+            raise ConfigError(f"trainer.{key}: sesame sets it itself ({OWN_TRAINER_ARGS[key]}). Fix: drop the setting")
+        if key not in accepted:
+            close = difflib.get_close_matches(key, sorted(accepted), n=1)
+            hint = f"did you mean trainer.{close[0]}? " if close else ""
+            raise ConfigError(f"trainer.{key} is not a lightning.Trainer argument that sesame passes on. Fix: {hint}"
+                              "see `sesame-train --cfg job` for the trainer block and Lightning's Trainer documentation")
+
+
+class LastValidation(Callback):
+    """Makes ``fit`` validate its final step, and remembers its last validation: when it ran, at which
+    step, and what it logged.
+
+    Lightning validates at an epoch's end (or every ``val_check_interval``), so a run that reaches
+    ``trainer.max_steps`` between two validations would end on weights nobody validated: no best.ckpt
+    at all when that is before the first one, or a best.ckpt chosen without its final weights. Asking
+    the trainer to stop at that step makes Lightning validate there (as it does for early stopping),
+    and the checkpoint callback then picks best.ckpt among all validations, the final one included.
+    """
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.step: int | None = None
+        self.metrics: dict[str, Any] = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True  # the final step: Lightning validates before it stops
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.started = time.time()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.step = trainer.global_step
+        self.metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+
+    def metrics_if_final_is_best(self, trainer: L.Trainer, best_path: str | None) -> dict[str, float] | None:
+        """The last validation's metrics when it already evaluated the best checkpoint's weights: it ran
+        after the last training step and ``best_path`` was written during it. Otherwise None (validate
+        again). Rank 0 decides for all ranks, so they agree on whether a collective validate follows."""
+        final = (
+            self.step is not None and self.step == trainer.global_step and self.started is not None
+            and bool(best_path) and Path(best_path).is_file() and Path(best_path).stat().st_mtime >= self.started
+        )
+        final = trainer.strategy.broadcast(final, src=0)
+        return flat_metrics([self.metrics]) if final and self.metrics else None
+
+
+def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Lightning's per-dataloader result dicts -> one flat ``{name: float}`` (NaN -> None).
+
+    Tasks name their metrics per evaluation set (``val_accuracy``, ``val_mm_accuracy``), so the
+    dataloader suffix Lightning may add carries nothing and is dropped.
+    """
+    out: dict[str, float] = {}
+    for result in results:
+        for key, value in result.items():
+            value = float(value)
+            out[key.split("/dataloader_idx_")[0]] = value if math.isfinite(value) else None
+    return out
+
+
+def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, datamodule: SplitDataModule,
+                         progress: bool) -> None:
+    """When the cache applies, compute the frozen encoder's features once (or reuse them) for every split."""
+    if not settings.applies(module.encoder_frozen):
+        return
+    loaders = [
+        getattr(datamodule, f"{name}_dataloader")()
+        for name, split in (("train", "train"), ("val", "validation"), ("test", "test"))
+        if datamodule.has_split(split)
+    ]
+    module.feature_cache = build_or_open(module.encoder, loaders, settings.dir, settings.dtype, progress=progress)
+    log.info("frozen features from %s", module.feature_cache.folder)
+
+
+def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path, shared: Path | None = None) -> None:
+    """``<run>/encoder/``: the encoder's config and tokenizer, and the weights the run never trains
+    (which its checkpoints then leave out; ``tasks/encoders/store.py``), hard-linked from the sweep's
+    store ``shared`` when given. Written once per run folder."""
+    folder = run_dir / ENCODER_FOLDER
+    with_weights = bool(module.stored_once_keys())
+    if (folder / "config.json").is_file() and (has_weights(folder) or not with_weights):
+        return  # a resumed run: written when it started
+    save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights, shared=shared)
+
+
+def check_validation_interval(trainer: DictConfig, datamodule: SplitDataModule) -> None:
+    """``trainer.val_check_interval=N`` (batches) must fit in an epoch's training batches, which Lightning
+    checks only once fit has started, as an internal-looking ValueError."""
+    interval = trainer.get("val_check_interval")
+    if not isinstance(interval, int) or isinstance(interval, bool) or trainer.get("check_val_every_n_epoch", 1) is None:
+        return
+    batches = len(datamodule.train_dataloader())
+    limit = trainer.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        batches = min(batches, limit)
+    elif isinstance(limit, float):
+        batches = int(batches * limit)
+    if interval > batches:
+        raise ConfigError(
+            f"trainer.val_check_interval={interval} exceeds the {batches} training batches of an epoch. Fix: a smaller "
+            "number, a fraction of an epoch (e.g. 0.25), or +trainer.check_val_every_n_epoch=null to count batches "
+            "across epochs")
+
+
+def check_trains(trainer: DictConfig) -> None:
+    """A training run must train: ``trainer.max_epochs=0`` (without ``max_steps``) would only validate."""
+    epochs, steps = trainer.get("max_epochs"), trainer.get("max_steps")
+    if epochs is not None and epochs < 1 and not (steps is not None and steps > 0):
+        raise ConfigError(f"trainer.max_epochs={epochs}: training needs at least 1 epoch (or trainer.max_steps > 0). "
+                          "To evaluate a trained model without training, use sesame-eval")
+
+
+def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> list[Callback]:
+    """With ``distill.teacher`` set, load the frozen teacher into ``module.distiller`` (a bad teacher fails
+    before any training) and return the callback that saves its logit cache; else nothing."""
+    if not settings.teacher:
+        return []
+    module.distiller = Distiller(settings, module)
+    return [DistillationCallback(module.distiller)]
+
+
+@holds_run_folder
+@known_noise_silenced()
+def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -> dict[str, float]:
+    """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``.
+
+    ``shared_encoders``: a sweep's store of frozen encoder weights (``<sweep>/.encoders``), which the
+    run's ``encoder/`` then hard-links instead of holding its own copy."""
+    # Every block this command reads is checked before any data is read or weights are loaded.
+    cache = CacheSettings.from_config(cfg.cache)
+    periodic = CheckpointSettings.from_config(cfg.checkpoint)
+    distill = DistillSettings.from_config(cfg.distill)
+    if cfg.get("logger") is not None:
+        LoggerSettings.from_config(cfg.logger)  # a missing logger package fails before any work
+    stopping = cfg.trainer.get("early_stopping")
+    stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
+    resume_from = resolve_resume(cfg.get("resume"), run_dir)
+    check_trains(cfg.trainer)
+    if not cfg.data.get("validation_file"):  # settings that need the dev set, refused before any work
+        if stopping is not None and stopping.enabled:
+            raise ConfigError("trainer.early_stopping.patience is set but the run has no validation data to stop on. "
+                              "Fix: set data.validation_file, or trainer.early_stopping.patience=null")
+        if cfg.get("calibrate"):
+            raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    datamodule = build_datamodule(cfg)
+    datamodule.setup("fit")
+    if not datamodule.has_split("train"):
+        raise ConfigError("sesame-train needs data.train_file; to evaluate a trained model use sesame-eval")
+    cfg = config_with_data(cfg, datamodule)
+    if is_main_process():  # the other DDP ranks run this too: one writer
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    module = build_module(cfg)
+    if cfg.get("calibrate") and not getattr(module, "is_single_label", False):  # refused before any training
+        raise ConfigError(f"calibrate=true fits a softmax temperature: it applies to single-label classification, "
+                          f"not to task={module.task.name} here. Fix: drop calibrate=true")
+    check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
+    module.output_dir = run_dir
+    if is_main_process():
+        save_run_encoder(module, datamodule.tokenizer, run_dir, shared_encoders)
+    attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
+    callbacks = attach_distiller(distill, module)
+    has_validation = datamodule.has_split("validation")
+    if has_validation:
+        check_validation_interval(cfg.trainer, datamodule)
+    trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
+                            every_n_train_steps=periodic.every_n_train_steps)
+    with sigterm_stops_the_run(run_dir):
+        metrics = fit_and_evaluate(cfg, trainer, module, datamodule, resume_from)
+    finish_run(module, metrics, run_dir)
+    return metrics
+
+
+def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskModule, datamodule: SplitDataModule,
+                     resume_from: str | None) -> dict[str, float]:
+    """Fit (resuming from ``resume_from``), then the best checkpoint's dev metrics (validated again unless the
+    last validation already saw its weights), calibration and test metrics."""
+    has_validation = datamodule.has_split("validation")
+    with warnings.catch_warnings():
+        # The train loaders resume mid-epoch through TrainingResumeCallback (an exact resume is tested),
+        # not through Lightning's stateful-loader interface, whose absence Lightning warns about.
+        warnings.filterwarnings("ignore", message=".*dataloader is not resumable")
+        if not module.unintended_eval_modules():
+            # Lightning warns of every module in eval mode when training starts; these are the frozen
+            # encoder parts the finetune mode keeps there (dropout off) on purpose.
+            warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+
+    metrics: dict[str, Any] = {}
+    eval_ckpt = best_checkpoint(trainer)
+    last = next(c for c in trainer.callbacks if isinstance(c, LastValidation))
+    if has_validation and last.step != trainer.global_step:
+        log.warning("the final weights (step %d) were never validated (trainer.check_val_every_n_epoch?): "
+                    "checkpoints/best.ckpt is the best of the validated steps", trainer.global_step)
+    if has_validation:
+        # A run whose best checkpoint is its final state (one epoch, or improving to the end) was
+        # just validated on exactly these weights: its metrics and prediction files stand.
+        final = last.metrics_if_final_is_best(trainer, eval_ckpt)
+        if final is None:
+            final = flat_metrics(trainer.validate(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False))
+        else:
+            log.info("best checkpoint = final weights, validated at step %d: not validating again", last.step)
+        metrics.update(final)
+    metrics.update(training_extent(trainer, eval_ckpt))
+    if cfg.get("calibrate"):
+        metrics.update(calibrate_best(module, eval_ckpt))
+    if datamodule.has_split("test"):
+        metrics.update(flat_metrics(trainer.test(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))
+    return metrics
+
+
+def best_checkpoint(trainer: L.Trainer) -> str:
+    """``checkpoints/best.ckpt`` after ``fit``: the checkpoint callback's, or (a run that never validated,
+    e.g. ``trainer.check_val_every_n_epoch`` beyond its epochs) the final weights saved there now, so
+    every run leaves the best.ckpt that evaluation, prediction and export read."""
+    callback = trainer.checkpoint_callback
+    best = callback.best_model_path if callback else ""
+    if best and Path(best).is_file():
+        return best
+    path = str(Path(trainer.default_root_dir) / "checkpoints" / "best.ckpt")
+    trainer.save_checkpoint(path, weights_only=True)  # every rank calls it; rank 0 writes
+    return path
+
+
+def training_extent(trainer: L.Trainer, best: str) -> dict[str, int | None]:
+    """How far the run trained, for ``metrics.json`` and the model card: ``train_steps`` (optimiser steps
+    run), ``train_steps_per_epoch`` (None where the loader has no length) and ``best_step`` (the step of
+    best.ckpt's weights, which the val / test metrics describe)."""
+    batches = trainer.num_training_batches
+    per_epoch = math.ceil(batches / trainer.accumulate_grad_batches) if math.isfinite(batches) else None
+    return {"train_steps": int(trainer.global_step), "train_steps_per_epoch": per_epoch,
+            "best_step": int(load_checkpoint_file(best).get("global_step", -1))}
+
+
+def calibrate_best(module: EncoderTaskModule, best: str) -> dict[str, Any]:
+    """``calibrate=true``: fit the module's temperature on the dev logits of its last validation (the
+    best checkpoint's) and write it into ``best.ckpt``, which evaluation, prediction and export read."""
+    result = module.calibrate()
+    if is_main_process():
+        checkpoint = load_checkpoint_file(best)
+        checkpoint["state_dict"]["calibration.temperature"] = module.calibration.temperature.detach().clone()
+        torch_save_atomic(checkpoint, best)
+    return result
+
+
+def finish_run(module: EncoderTaskModule, metrics: dict[str, float], run_dir: Path) -> None:
+    """Write ``metrics.json``: the evaluations' metrics as the module computed them (float64 values and
+    integer example counts; Lightning keeps float32 copies), losses as Lightning averaged them, and
+    what the module learned (e.g. scalar-mix weights)."""
+    metrics.update(module.evaluated)
+    if hasattr(module, "final_metrics"):
+        metrics.update(module.final_metrics())
+    if is_main_process():  # every DDP rank holds the same metrics: one writer
+        write_json_atomic(run_dir / "metrics.json", metrics)
+        print(json.dumps(metrics, indent=2, sort_keys=True))

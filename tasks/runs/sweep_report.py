@@ -1,0 +1,331 @@
+"""Gather the jobs of a ``--multirun`` sweep into one table and a chart, and their training curves.
+
+Each job folder holds ``.hydra/overrides.yaml`` (what the job changed), ``config.yaml`` (whose
+``task.main_metric`` is the metric to rank by), ``metrics.json`` and ``logs/metrics.csv`` (Lightning's
+CSVLogger: one row per logging step, columns ``epoch``, ``step`` and one per logged value, e.g.
+``train_loss`` every ``trainer.log_every_n_steps`` steps, ``val_*`` at each validation). Jobs that
+differ only in ``seed`` are one variant: the table gives mean and standard deviation over seeds, and
+the curves one line per variant, the mean over its seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sesame.tasks.core.atomic_files import atomic_open, write_text_atomic
+from sesame.tasks.core.errors import ConfigError, MissingFileError
+
+IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.", "logger")
+
+
+@dataclass
+class Variant:
+    overrides: str
+    values: list[float]
+    jobs: list[str]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+
+
+def read_jobs(sweep_dir: str | Path) -> list[tuple[Path, list[str], dict[str, float]]]:
+    sweep_dir = Path(sweep_dir)
+    jobs = []
+    for overrides_file in sorted(sweep_dir.glob("*/.hydra/overrides.yaml")):
+        job = overrides_file.parent.parent
+        metrics_file = job / "metrics.json"
+        if not metrics_file.is_file():
+            continue  # a job that failed or is still running
+        overrides = yaml.safe_load(overrides_file.read_text()) or []
+        jobs.append((job, overrides, json.loads(metrics_file.read_text())))
+    if not jobs:
+        raise MissingFileError(f"{sweep_dir}: no finished jobs (no */.hydra/overrides.yaml with a metrics.json)")
+    return jobs
+
+
+def job_main_metric(job: Path) -> str | None:
+    """``task.main_metric`` of the config a job ran with (``config.yaml``), or None."""
+    config = job / "config.yaml"
+    if not config.is_file():
+        return None
+    return ((yaml.safe_load(config.read_text()) or {}).get("task") or {}).get("main_metric")
+
+
+def main_metric(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: str | None = None) -> str:
+    """``metric`` if given, else the jobs' ``task.main_metric`` (all jobs of a sweep share it)."""
+    keys = set().union(*(m.keys() for _, _, m in jobs))
+    if metric:
+        if metric not in keys:
+            raise ConfigError(f"--metric {metric}: not in the jobs' metrics.json; they have {sorted(keys)}")
+        return metric
+    names = {job_main_metric(job) for job, _, _ in jobs} - {None}
+    if len(names) == 1 and (name := names.pop()) in keys:
+        return name
+    raise ConfigError(f"no single task.main_metric in the jobs' config.yaml ({sorted(names) or 'none'}) among "
+                     f"their metrics {sorted(keys)}; pass --metric")
+
+
+def variant_labels(overrides: list[list[str]]) -> list[str]:
+    """The label of each job's variant: its overrides, less those every job shares and the seed."""
+    shared = set.intersection(*(set(o) for o in overrides)) if len(overrides) > 1 else set()
+    return [" ".join(o for o in job if o not in shared and not o.lstrip("+~").startswith(IGNORED_OVERRIDES))
+            or "(defaults)" for job in overrides]
+
+
+def variants(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: str) -> list[Variant]:
+    """One row per distinct set of overrides (seed aside), best first."""
+    groups: dict[str, Variant] = {}
+    labels = variant_labels([overrides for _, overrides, _ in jobs])
+    for (job, _, metrics), key in zip(jobs, labels):
+        value = metrics.get(metric)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        groups.setdefault(key, Variant(key, [], [])).values.append(float(value))
+        groups[key].jobs.append(job.name)
+    return sorted(groups.values(), key=lambda v: v.mean, reverse=True)
+
+
+def markdown_table(rows: list[Variant], metric: str) -> str:
+    seeds = max(len(r.values) for r in rows)
+    head = f"| variant | {metric} |" + (" seeds |" if seeds > 1 else "")
+    lines = [head, "|---|---|" + ("---|" if seeds > 1 else "")]
+    for r in rows:
+        value = f"{r.mean:.4f} ± {r.std:.4f}" if seeds > 1 else f"{r.mean:.4f}"
+        lines.append(f"| {r.overrides} | {value} |" + (f" {len(r.values)} |" if seeds > 1 else ""))
+    return "\n".join(lines) + "\n"
+
+
+def csv_table(rows: list[Variant], metric: str) -> str:
+    lines = [f"variant,{metric}_mean,{metric}_std,seeds,jobs"]
+    lines += [f'"{r.overrides}",{r.mean:.6f},{r.std:.6f},{len(r.values)},{"|".join(r.jobs)}' for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, metric: str | None = None,
+                       title: str | None = None) -> tuple[str, list[Path]]:
+    """The sweep's table: ``report.md``, ``report.csv`` and (with matplotlib) ``report.png`` in ``out``
+    (default: the sweep folder), ranked by ``metric`` (default: the task's main metric). Returns the
+    Markdown table and the files written (``sesame-report``, and the end of every ``--multirun``)."""
+    out = Path(out if out is not None else sweep_dir)
+    jobs = read_jobs(sweep_dir)
+    metric = main_metric(jobs, metric)
+    rows = variants(jobs, metric)
+    table = markdown_table(rows, metric)
+    written = [write_text_atomic(out / "report.md", table), write_text_atomic(out / "report.csv", csv_table(rows, metric))]
+    chart = bar_chart(rows, metric, out / "report.png", title=title)
+    return table, written + ([chart] if chart else [])
+
+
+def bar_figure(rows: list[Variant], metric: str, title: str | None = None):
+    """A horizontal bar per variant, best at the top: the bar is the mean of ``metric`` over the
+    variant's seeds, the whiskers ±1 sample standard deviation (drawn where a variant has several
+    seeds), the value axis starts at 0 (so bar lengths compare), and each bar is labelled
+    ``mean ± std (n=seeds)`` beyond its whisker's end. A caption under the axes says all that.
+    None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = rows[::-1]  # barh draws bottom-up: best at the top
+    several = any(len(r.values) > 1 for r in rows)
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 2.2))
+    ax.barh([r.overrides for r in rows], [r.mean for r in rows], color="#4C72B0",
+            xerr=[r.std for r in rows] if several else None, capsize=3, error_kw={"elinewidth": 1, "ecolor": "black"})
+    ends = [(r.mean - r.std, r.mean + r.std) for r in rows]
+    low, high = min(0.0, *(lo for lo, _ in ends)), max(0.0, *(hi for _, hi in ends))
+    pad = 0.02 * (high - low or 1.0)
+    for y, r in enumerate(rows):
+        label = f"{r.mean:.3f} ± {r.std:.3f} (n={len(r.values)})" if several else f"{r.mean:.3f}"
+        right = r.mean >= 0  # the label goes past the whisker's end, on the bar's side of 0
+        ax.text(r.mean + r.std + pad if right else r.mean - r.std - pad, y, label, va="center",
+                ha="left" if right else "right", fontsize=8)
+    # Room for the labels (about a third of the data's span) on the side the bars grow to.
+    room = 0.35 * (high - low or 1.0)
+    ax.set_xlim(low - (room if low < 0 else 0.0), high + (room if high > 0 else 0.0))
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_xlabel(metric)
+    ax.set_title(title or f"{metric} per variant")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    if several:
+        caption = (f"Bars: mean {metric} over each variant's seeds (n = runs per variant); whiskers: ±1 sample "
+                   "standard deviation over those runs (none for n=1). Bars start at 0 (the axis is not cut).")
+    else:
+        caption = f"Bars: {metric} of one run per variant (one seed each, so no spread to show). Bars start at 0 (the axis is not cut)."
+    fig.text(0.01, 0.01, caption, fontsize=7.5, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def bar_chart(rows: list[Variant], metric: str, path: Path, title: str | None = None) -> Path | None:
+    """:func:`bar_figure` written to ``path`` as PNG; None (nothing written) without matplotlib."""
+    fig = bar_figure(rows, metric, title)
+    return None if fig is None else save_figure(fig, path)
+
+
+# --- training curves -------------------------------------------------------------------------------------
+
+#: Where Lightning's CSVLogger writes a run's logged values (``tasks/runs/loggers.py``: ``csv_logger``).
+CSV_LOG = Path("logs") / "metrics.csv"
+
+
+@dataclass
+class Curve:
+    """One variant's curve: ``values[i]`` at optimiser step ``steps[i]``, the mean over its ``jobs``
+    (with ``low`` / ``high`` the smallest and largest job's value), at the steps every one of them logged."""
+
+    label: str
+    steps: list[int]
+    values: list[float]
+    jobs: list[str]
+    low: list[float] = field(default_factory=list)
+    high: list[float] = field(default_factory=list)
+
+
+def _job_order(folder: Path) -> tuple[int, str]:
+    return (int(folder.name), "") if folder.name.isdigit() else (1 << 62, folder.name)
+
+
+def read_log(job: str | Path, metric: str) -> dict[int, float]:
+    """``{step: value}`` of ``metric`` in a run's ``logs/metrics.csv``, as Lightning wrote it.
+
+    ``step`` is the optimiser steps taken before the logged batch (0 for the first). Rows without a
+    value for ``metric`` (another value logged at that step) are skipped; several rows of one step
+    (gradient accumulation) are averaged. A resumed run's log starts at the step it resumed from:
+    Lightning's CSV logger starts the file afresh.
+    """
+    path = Path(job) / CSV_LOG
+    if not path.is_file():
+        raise MissingFileError(f"{job}: no {CSV_LOG} (the job failed before training started, or its run "
+                               "predates the CSV log)")
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if metric not in (reader.fieldnames or []):
+            logged = [c for c in reader.fieldnames or [] if c not in ("epoch", "step")]
+            raise ConfigError(f"{path}: no column {metric!r}; it logged {logged}")
+        rows: dict[int, list[float]] = {}
+        for row in reader:
+            if row.get(metric) not in (None, ""):
+                rows.setdefault(int(float(row["step"])), []).append(float(row[metric]))
+    return {step: statistics.fmean(values) for step, values in sorted(rows.items())}
+
+
+def logged_columns(sweep_dir: str | Path) -> list[str]:
+    """The values the jobs of a sweep logged in their ``logs/metrics.csv`` (every column but ``epoch`` and
+    ``step``, in the order the jobs' logs first name them): what ``--curves`` can draw."""
+    sweep_dir = Path(sweep_dir)
+    logs = [f.parent.parent / CSV_LOG for f in sweep_dir.glob("*/.hydra/overrides.yaml")]
+    columns: dict[str, None] = {}
+    for path in sorted((p for p in logs if p.is_file()), key=lambda p: _job_order(p.parent.parent)):
+        with path.open(newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+        columns.update((c, None) for c in header if c not in ("epoch", "step"))
+    if not columns:
+        raise MissingFileError(f"{sweep_dir}: no job has a {CSV_LOG} yet; pass a --multirun folder whose jobs have started")
+    return list(columns)
+
+
+def read_curves(sweep_dir: str | Path, metric: str = "train_loss") -> tuple[list[Curve], list[str]]:
+    """One :class:`Curve` of ``metric`` per variant of a sweep (jobs that differ only in ``seed`` are
+    one variant: their mean), in job order, and a note for each job left out (no CSV log, or the
+    metric not in it). Jobs still running are drawn as far as their log goes. Raises when no job
+    has a curve."""
+    sweep_dir = Path(sweep_dir)
+    folders = sorted((f.parent.parent for f in sweep_dir.glob("*/.hydra/overrides.yaml")), key=_job_order)
+    if not folders:
+        raise MissingFileError(f"{sweep_dir}: no jobs (no */.hydra/overrides.yaml); pass a --multirun folder")
+    overrides = [yaml.safe_load((f / ".hydra" / "overrides.yaml").read_text()) or [] for f in folders]
+    groups: dict[str, list[tuple[str, dict[int, float]]]] = {}
+    skipped: list[str] = []
+    for folder, label in zip(folders, variant_labels(overrides)):
+        try:
+            log = read_log(folder, metric)
+        except (MissingFileError, ConfigError) as err:
+            skipped.append(f"job {folder.name} ({label}) left out: {err}")
+            continue
+        if not log:
+            skipped.append(f"job {folder.name} ({label}) left out: {folder / CSV_LOG} holds no {metric} value yet")
+            continue
+        groups.setdefault(label, []).append((folder.name, log))
+    if not groups:
+        raise MissingFileError(f"{sweep_dir}: no job has a {metric} curve in {CSV_LOG}:\n  " + "\n  ".join(skipped))
+    curves = []
+    for label, logs in groups.items():
+        steps = sorted(set.intersection(*(set(log) for _, log in logs)))
+        series = [[log[s] for _, log in logs] for s in steps]
+        curves.append(Curve(label, steps, [statistics.fmean(v) for v in series], [name for name, _ in logs],
+                            [min(v) for v in series], [max(v) for v in series]))
+    return curves, skipped
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving average: each value is the mean of itself and the ``window - 1`` before it
+    (fewer at the start)."""
+    if window < 1:
+        raise ConfigError(f"--smooth {window}: the window is a number of logged points, at least 1")
+    return [statistics.fmean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
+
+
+def curves_csv(curves: list[Curve], metric: str) -> str:
+    """The drawn values, one row per (variant, step): mean, min and max over the variant's jobs."""
+    lines = [f"variant,step,{metric}_mean,{metric}_min,{metric}_max,jobs"]
+    for c in curves:
+        lines += [f'"{c.label}",{s},{v!r},{lo!r},{hi!r},{"|".join(c.jobs)}'
+                  for s, v, lo, hi in zip(c.steps, c.values, c.low, c.high)]
+    return "\n".join(lines) + "\n"
+
+
+def curve_figure(curves: list[Curve], metric: str, window: int = 1, title: str | None = None):
+    """A matplotlib figure with one line per curve (labelled by its variant). With ``window`` > 1 the
+    line is the :func:`smooth` ed curve and the raw values are drawn faintly behind it; a variant of
+    several seeds gets a band from the smallest to the largest seed's value. None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, c in enumerate(curves):
+        color = f"C{i % 10}"
+        seeds = f" (mean of {len(c.jobs)} seeds)" if len(c.jobs) > 1 else ""
+        if len(c.jobs) > 1:
+            ax.fill_between(c.steps, c.low, c.high, color=color, alpha=0.15, linewidth=0)
+        if window > 1:
+            ax.plot(c.steps, c.values, color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(c.steps, smooth(c.values, window), color=color, linewidth=1.8, label=c.label + seeds)
+        else:
+            ax.plot(c.steps, c.values, color=color, linewidth=1.4, label=c.label + seeds)
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel(metric + (f" (moving average of {window} logged points)" if window > 1 else ""))
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,183 @@
+"""Trained models on disk: find a checkpoint, read it, rebuild its module, save a weights-only one.
+
+A sesame checkpoint is ``{state_dict, hyper_parameters: {cfg}}`` (Lightning's format; ``cfg`` is the
+resolved config the module was built from), found as a ``.ckpt`` file or inside a run folder's
+``checkpoints/``. Training-time checkpoint writing is ``tasks/runs/checkpoint_callbacks.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from sesame.tasks.core.atomic_files import torch_save_atomic, write_text_atomic
+from sesame.tasks.saved.checkpoint_files import load_checkpoint_file
+from sesame.tasks.saved.int8 import is_quantized, quantize_module
+from sesame.tasks.saved.config_upgrade import with_added_settings
+from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, load_tokenizer
+from sesame.tasks.encoders.store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
+from sesame.tasks.core.errors import DataError, MissingFileError
+from sesame.tasks.base.task_module import EncoderTaskModule, TaskSettings
+from sesame.tasks.runs.run_lock import resume_asked
+from sesame.tasks.saved.trained_overrides import apply_overrides
+
+log = logging.getLogger(__name__)
+
+
+def is_hf_model_folder(path: str | Path) -> bool:
+    """A Hugging Face model folder (``config.json``), as opposed to a sesame run folder or .ckpt."""
+    return (Path(path) / "config.json").is_file()
+
+
+def find_checkpoint(path: str | Path, names: Sequence[str] = ("best.ckpt", "last.ckpt"), key: str = "model") -> Path:
+    """A .ckpt file as given; a run folder -> the first of ``names`` in its ``checkpoints/``.
+
+    ``key`` is the setting the path came from, for the error message.
+    """
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path
+    for name in names:
+        if (path / "checkpoints" / name).is_file():
+            return path / "checkpoints" / name
+    wanted = " or ".join(f"checkpoints/{n}" for n in names)
+    raise MissingFileError(f"{key}={str(path)!r}: not a .ckpt file, nor a run folder holding {wanted}")
+
+
+def resolve_resume(resume: Any, run_dir: Path) -> str | None:
+    """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
+    if not resume_asked(resume):
+        return None
+    this_run = resume is True or str(resume).lower() == "true"
+    folder = run_dir if this_run else Path(str(resume))
+    if this_run and (run_dir / "config.yaml").is_file() and not (run_dir / "checkpoints" / "last.ckpt").is_file():
+        # A run here was killed before its first checkpoint: it has nothing to lose, so start it over.
+        log.warning("resume=true: %s has no checkpoint yet; starting the run from the beginning", run_dir)
+        return None
+    try:
+        return str(find_checkpoint(folder, names=("last.ckpt",), key="resume"))
+    except MissingFileError:
+        raise MissingFileError(
+            f"resume={resume!r}: no checkpoint at {folder / 'checkpoints' / 'last.ckpt'}. Pass a run folder that holds "
+            "checkpoints/last.ckpt, a .ckpt file, or run in that folder with hydra.run.dir=<run folder> resume=true"
+        ) from None
+
+
+def read_checkpoint(path: str | Path, key: str = "model") -> tuple[Path, dict[str, Any]]:
+    """``(checkpoint file, its contents)`` for a .ckpt file or a run folder (its best, else last)."""
+    ckpt_path = find_checkpoint(path, key=key)
+    checkpoint = load_checkpoint_file(ckpt_path)
+    if "state_dict" not in checkpoint or "cfg" not in (checkpoint.get("hyper_parameters") or {}):
+        raise DataError(f"{ckpt_path} is not a sesame checkpoint (no state_dict / hyper_parameters.cfg)")
+    return ckpt_path, checkpoint
+
+
+def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of the config a checkpoint's module was built from, with any setting added to
+    sesame since it was written at its default (``tasks/saved/config_upgrade.py``)."""
+    return with_added_settings(checkpoint["hyper_parameters"]["cfg"])
+
+
+def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: Encoder | None = None,
+                 encoder_source: str = "the pretrained encoder") -> EncoderTaskModule:
+    """The task module ``cfg`` names, quantised first when ``cfg`` says so, with ``checkpoint``'s
+    weights loaded (its frozen encoder weights filled in from ``encoder``, digest-checked)."""
+    cfg = OmegaConf.create(cfg)
+    module = get_class(TaskSettings.from_config(cfg.task).module)(cfg, encoder)
+    if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
+        quantize_module(module)
+    if checkpoint is not None:
+        module.drop_unused_pooler(checkpoint)
+        module.fill_stored_once(checkpoint, source=encoder_source)
+        module.load_state_dict(checkpoint["state_dict"])
+    return module
+
+
+@dataclass
+class TrainedModel:
+    """A trained model read back from disk: the module (CPU, eval mode), the config it was built from
+    (with any overrides applied), its checkpoint file and the folder its encoder and tokenizer came from."""
+
+    module: EncoderTaskModule
+    cfg: dict[str, Any]
+    checkpoint: Path
+    encoder_folder: str
+    tokenizer_source: str  # the run's encoder/ folder, or encoder.tokenizer / name_or_path
+    global_step: int | None = None  # the optimiser step its weights are from (None: not recorded)
+
+    def tokenizer(self) -> PreTrainedTokenizerFast:
+        return load_tokenizer(self.tokenizer_source)
+
+
+def load_trained(path: str | Path, key: str = "model", overrides: Mapping[str, Any] | None = None) -> TrainedModel:
+    """The trained model of a .ckpt file or run folder (``key`` names the setting it came from).
+
+    The encoder is built from the run's ``encoder/`` folder (``tasks/encoders/store.py``), so the
+    pretrained folder used in training may be gone; a bare .ckpt without its run folder, or an
+    ``encoder.name_or_path`` override, loads the encoder from ``encoder.name_or_path``. Weights the
+    checkpoint holds are not read twice: a fully fine-tuned checkpoint builds the encoder from its
+    config alone. ``overrides`` (``{"head.max_answer_length": 50}``) go through
+    ``tasks/saved/trained_overrides.py``.
+    """
+    ckpt_path, checkpoint = read_checkpoint(path, key=key)
+    cfg = checkpoint_config(checkpoint)
+    if overrides:
+        cfg = apply_overrides(cfg, overrides, ckpt_path)
+    folder = encoder_folder_of(ckpt_path)
+    overridden = set(overrides or ())
+    source = str(folder) if folder is not None and "encoder.name_or_path" not in overridden else cfg["encoder"]["name_or_path"]
+    # The run's encoder/ folder holds the tokenizer training used, whatever encoder.tokenizer named.
+    tokenizer_source = str(folder) if folder is not None and not overridden & {"encoder.tokenizer", "encoder.name_or_path"} \
+        else cfg["encoder"].get("tokenizer") or cfg["encoder"]["name_or_path"]
+    needs_weights = bool(checkpoint.get(FROZEN_KEY))
+    if needs_weights and Path(source).is_dir() and not has_weights(source):
+        raise MissingFileError(
+            f"{ckpt_path} leaves its frozen encoder weights to {source}, which holds none. Fix: set "
+            f"encoder.name_or_path=<the pretrained encoder the run used: {cfg['encoder']['name_or_path']}>"
+        )
+    encoder = Encoder.from_settings(EncoderSettings.from_config(cfg["encoder"]), name_or_path=source,
+                                    load_weights=needs_weights)
+    module = build_module(cfg, checkpoint, encoder=encoder, encoder_source=source)
+    step = checkpoint.get("global_step")
+    return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source),
+                        int(step) if step is not None else None)
+
+
+def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path: str | Path) -> Path:
+    """Write ``{state_dict, hyper_parameters: {cfg}}`` atomically: what ``sesame-eval`` and
+    :func:`load_trained` read (no optimiser state, so its size is the model's size)."""
+    path = Path(path)
+    checkpoint = {
+        "state_dict": module.state_dict(),
+        "hyper_parameters": {"cfg": cfg},
+        "pytorch-lightning_version": L.__version__,
+    }
+    return torch_save_atomic(checkpoint, path)
+
+
+def save_model_folder(module: EncoderTaskModule, cfg: dict[str, Any], output_dir: str | Path,
+                      tokenizer: PreTrainedTokenizerBase) -> Path:
+    """A self-contained run folder ``sesame-eval model=<folder>`` reads: ``checkpoints/best.ckpt``
+    (every weight), ``encoder/`` (config and tokenizer) and ``config.yaml``. Returns the checkpoint's path."""
+    output_dir = Path(output_dir)
+    save_encoder_folder(module.encoder.model, tokenizer, output_dir / ENCODER_FOLDER, with_weights=False)
+    ckpt = save_weights_checkpoint(module, cfg, output_dir / "checkpoints" / "best.ckpt")
+    write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    return ckpt
+
+
+def state_dict_bytes(module: torch.nn.Module) -> int:
+    """Bytes of ``torch.save(module.state_dict())``: the model's size on disk, whatever else a checkpoint holds."""
+    with tempfile.TemporaryFile() as handle:
+        torch.save(module.state_dict(), handle)
+        return handle.tell()

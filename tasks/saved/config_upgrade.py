@@ -1,0 +1,77 @@
+"""Settings a checkpoint predates: a run written before a setting existed gets today's default for it.
+
+Every setting is required (``tasks/core/settings.py``), so a key added to ``conf/`` after a run was saved
+would make its checkpoint unreadable. A missing key takes the value that
+reproduces what the run did before the setting existed, with a warning naming it: its task's default
+(``sesame-train task=<name>``, with that task's data preset) where the setting was added with the old
+behaviour as its default (``encoder.init=pretrained``, ``data.group_by_length=false``), and the old
+behaviour itself where a default changed later (``BEFORE_THE_SETTING``).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+#: Settings whose default changed after they were added: what a run saved before the setting existed
+#: did. {task: {key: value}}. SQuAD v1 trained only on the windows that hold the answer until
+#: ``data.train_windows`` came, and the v1 head then masks [CLS] (its n-best probabilities depend on it).
+BEFORE_THE_SETTING: dict[str, dict[str, Any]] = {"squad_v1": {"data.train_windows": "with_answer"}}
+
+#: The config blocks whose new keys are filled (the others are the trainer's, the logger's, ...).
+UPGRADED_GROUPS = ("encoder", "data", "head", "finetune", "fusion", "pooling")
+
+
+def task_defaults(task_name: str) -> dict[str, Any]:
+    """The composed default config of ``sesame-train task=<task_name>``, resolved where it can be."""
+    overrides = [f"task={task_name}"]
+    if GlobalHydra.instance().is_initialized():  # inside a Hydra app (sesame-eval): its search path
+        cfg = compose(config_name="config", overrides=overrides)
+    else:
+        with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def _missing(saved: Mapping[str, Any], defaults: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for key, value in defaults.items():
+        if key not in saved:
+            yield f"{prefix}{key}", value
+        elif isinstance(value, Mapping) and isinstance(saved[key], Mapping):
+            yield from _missing(saved[key], value, f"{prefix}{key}.")
+
+
+def _put(tree: dict[str, Any], dotted_key: str, value: Any) -> None:
+    *parents, leaf = dotted_key.split(".")
+    for part in parents:
+        tree = tree[part]
+    tree[leaf] = value
+
+
+def with_added_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` (a checkpoint's config) with every setting it lacks taken from its task's defaults."""
+    cfg = copy.deepcopy(dict(cfg))
+    task = (cfg.get("task") or {}).get("name")
+    if not task:
+        return cfg
+    defaults = task_defaults(task)
+    for key, value in BEFORE_THE_SETTING.get(task, {}).items():
+        _put(defaults, key, value)
+    added = []
+    for group in UPGRADED_GROUPS:
+        if not isinstance(cfg.get(group), Mapping) or not isinstance(defaults.get(group), Mapping):
+            continue
+        for key, value in _missing(cfg[group], defaults[group], f"{group}."):
+            _put(cfg, key, value)
+            added.append(f"{key}={value}")
+    if added:
+        log.warning("the checkpoint predates the settings %s: using what it did before they existed", ", ".join(added))
+    return cfg

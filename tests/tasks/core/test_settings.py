@@ -1,0 +1,51 @@
+"""``tasks/core/settings.py``: every block is read by one typed class that names unknown and missing keys."""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass
+
+import pytest
+
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.base.task_module import FusionSettings, TaskSettings
+from sesame.tasks.core.settings import Settings
+
+
+@dataclass(frozen=True)
+class Example(Settings):
+    group = "example"
+    rate: float
+    steps: int
+    names: tuple[str, ...] | None
+    flag: bool
+    note: str | None = None  # optional: may be absent
+
+
+def test_a_block_becomes_a_frozen_typed_object():
+    s = Example.from_config({"rate": "5e-5", "steps": 3, "names": [0, "b"], "flag": True})
+    assert s == Example(rate=5e-5, steps=3, names=("0", "b"), flag=True, note=None)
+    with pytest.raises(FrozenInstanceError):
+        s.rate = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"rate": 1, "steps": 1, "names": None, "flag": True, "stpes": 2}, r"unknown setting example\.stpes"),
+    ({"rate": 1, "names": None, "flag": True}, r"missing setting example\.steps"),
+    ({"rate": 1, "steps": 1.5, "names": None, "flag": True}, r"example\.steps=1\.5: expected an integer"),
+    ({"rate": "fast", "steps": 1, "names": None, "flag": True}, r"example\.rate='fast': expected a number"),
+    ({"rate": 1, "steps": 1, "names": None, "flag": "yes"}, r"example\.flag='yes': expected true or false"),
+])
+def test_bad_blocks_name_the_key(block, message):
+    with pytest.raises(ConfigError, match=message):
+        Example.from_config(block)
+
+
+def test_every_preset_of_the_real_config_reads(make_cfg):
+    for overrides in (["fusion=layers"], ["fusion=scalar_mix"], ["task=ner"], ["task=squad_v2"]):
+        cfg = make_cfg(*overrides)
+        TaskSettings.from_config(cfg.task)
+        FusionSettings.from_config(cfg.fusion)
+    assert FusionSettings.from_config(make_cfg("fusion=layers").fusion).layers == (-2, -1)
+    assert TaskSettings.from_config(make_cfg("data=rte").task).main_metric == "val_accuracy"
+    assert TaskSettings.from_config(make_cfg("data=cola").task).main_metric == "val_matthews_correlation"
+    assert set(make_cfg("fusion=last").fusion) == {"mode"}  # presets carry no key the code ignores

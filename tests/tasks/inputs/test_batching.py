@@ -1,0 +1,158 @@
+"""Training samplers: the length-grouped shuffle is a permutation, deterministic per (seed, epoch),
+groups similar lengths, and resumes mid-epoch where it stopped."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from sesame.tasks.inputs.batching import (
+    LengthGroupedShuffleSampler,
+    LengthSortedSampler,
+    PaddingCollator,
+    ResumableShuffleSampler,
+    make_loader,
+)
+
+LENGTHS = np.random.default_rng(0).integers(5, 300, size=1003).tolist()
+
+
+def batches_of(order: list[int], size: int) -> list[list[int]]:
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def padded_tokens(order: list[int], size: int) -> int:
+    return sum(len(b) * max(LENGTHS[i] for i in b) for b in batches_of(order, size))
+
+
+def test_length_grouped_shuffle_is_a_deterministic_permutation_with_less_padding():
+    grouped = list(LengthGroupedShuffleSampler(LENGTHS, batch_size=16, seed=3, mega_batches=8))
+    assert sorted(grouped) == list(range(len(LENGTHS)))
+    assert grouped == list(LengthGroupedShuffleSampler(LENGTHS, batch_size=16, seed=3, mega_batches=8))
+    other_epoch = LengthGroupedShuffleSampler(LENGTHS, batch_size=16, seed=3, mega_batches=8)
+    other_epoch.set_epoch(1)
+    assert list(other_epoch) != grouped
+    plain = list(ResumableShuffleSampler(len(LENGTHS), seed=3))
+    # uniform lengths in [5, 300): random batches of 16 pad to ~285 each, grouped ones to about their own length
+    assert padded_tokens(grouped, 16) < 0.7 * padded_tokens(plain, 16)
+    # the batches are shuffled, not sorted: neither order of lengths
+    firsts = [LENGTHS[b[0]] for b in batches_of(grouped, 16)]
+    assert firsts != sorted(firsts) and firsts != sorted(firsts, reverse=True)
+    # every batch but the last is full, so the loader cuts them where the sampler made them
+    assert all(len(b) == 16 for b in batches_of(grouped, 16)[:-1]) and len(batches_of(grouped, 16)[-1]) == 1003 % 16
+
+
+def test_length_grouped_loader_resumes_mid_epoch_with_the_same_batches():
+    data = [{"input_ids": np.arange(n), "index": i} for i, n in enumerate(LENGTHS)]
+    collate = PaddingCollator({})
+
+    def loader(resume_at=None):
+        return make_loader(data, train=True, batch_size=16, collate_fn=collate, lengths=LENGTHS, seed=5,
+                           resume_at=resume_at, group_by_length=True)
+
+    full = [b["index"].tolist() for b in loader()]
+    resumed = [b["index"].tolist() for b in loader(resume_at=(0, 7))]
+    assert resumed == full[7:]
+    assert all(b.shape[1] == max(LENGTHS[i] for i in idx) for b, idx in zip((b["input_ids"] for b in loader()), full))
+
+
+def test_grouping_without_lengths_is_refused():
+    with pytest.raises(ValueError, match="need per-example lengths"):
+        make_loader([{"x": 1}], train=True, batch_size=1, collate_fn=PaddingCollator({}), group_by_length=True)
+
+
+def test_a_run_with_group_by_length_trains_on_grouped_batches_and_counts_its_tokens(make_cfg, tmp_path, monkeypatch):
+    """Grouped batches span a narrow band of lengths, and train_throughput.json counts exactly the
+    examples, real tokens and padded tokens the training steps saw: fewer padded ones when grouped."""
+    import sesame.tasks.glue.module as glue_module
+    from sesame.tasks.runs.runner import train
+    from sesame.tasks.runs.throughput import THROUGHPUT_FILE
+
+    seen: list[torch.Tensor] = []
+    original = glue_module.SentenceClassificationModule.training_step
+
+    def spy(self, batch, batch_idx):
+        seen.append(batch["attention_mask"].clone())
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
+    counts = {}
+    for grouped in (True, False):
+        seen.clear()
+        run = tmp_path / str(grouped)
+        train(make_cfg(f"data.group_by_length={str(grouped).lower()}", "data.batch_size=8", "trainer.limit_train_batches=6"), run)
+        counts[grouped] = json.loads((run / THROUGHPUT_FILE).read_text())
+        assert counts[grouped]["steps"] == len(seen) == 6
+        assert counts[grouped]["examples"] == 48
+        assert counts[grouped]["tokens"] == sum(int(m.sum()) for m in seen)
+        assert counts[grouped]["padded_tokens"] == sum(m.numel() for m in seen)
+        spread = max(int(m.sum(1).max() - m.sum(1).min()) for m in seen)
+        # SST-2 sentences range from 2 to 50+ tokens: a random batch of 8 spreads far wider
+        assert (spread <= 4) == grouped
+    assert counts[True]["padding_fraction"] < counts[False]["padding_fraction"]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("grouped", [False, True], ids=["shuffled", "grouped"])
+@pytest.mark.parametrize("done", [0, 7], ids=["whole_epoch", "resumed"])
+def test_ddp_ranks_take_slices_of_the_single_process_batches(world_size, grouped, done):
+    """Rank r's k-th batch is the r-th slice of one process's k-th batch of world_size x 4, from the
+    first batch or after a resume; the last partial global batch is one process's only."""
+    data = [{"input_ids": np.arange(n), "index": i} for i, n in enumerate(LENGTHS)]
+
+    def batches(rank, size, world):
+        loader = make_loader(data, train=True, batch_size=size, collate_fn=PaddingCollator({}), lengths=LENGTHS,
+                             seed=5, resume_at=(1, done), group_by_length=grouped, rank=rank, world_size=world)
+        assert loader.sampler.epoch == 1
+        return [b["index"].tolist() for b in loader]
+
+    single = batches(0, 4 * world_size, 1)
+    ranks = [batches(rank, 4, world_size) for rank in range(world_size)]
+    remaining = len(LENGTHS) - done * 4 * world_size
+    full, left_out = divmod(remaining, 4 * world_size)  # 1003 examples: 3, 7 and 11 left over
+    assert len(single) == full + 1 and len(single[-1]) == left_out
+    # one process keeps its last partial batch; under DDP every rank runs the full ones only, so no
+    # rank waits at a gradient sync another never reaches, and nothing is trained twice
+    assert all(len(r) == (full + 1 if world_size == 1 else full) for r in ranks)
+    assert [sum(parts, []) for parts in zip(*ranks)] == single[: len(ranks[0])]
+    assert sorted(sum(single, [])) == sorted(set(sum(single, [])))  # nothing twice
+
+
+def test_ddp_length_of_an_epoch_counts_full_global_batches_only():
+    assert len(ResumableShuffleSampler(1003, seed=1)) == 1003  # one process: every example, as before
+    assert len(ResumableShuffleSampler(1003, seed=1, batch_size=4, rank=1, world_size=3)) == 1003 // 12 * 4
+    assert len(list(ResumableShuffleSampler(1003, seed=1, batch_size=4, rank=1, world_size=3))) == 1003 // 12 * 4
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ddp_evaluation_ranks_cover_every_example_with_equal_counts(world_size):
+    lengths = LENGTHS[:41]
+    parts = [list(LengthSortedSampler(lengths, rank=r, world_size=world_size)) for r in range(world_size)]
+    assert len({len(p) for p in parts}) == 1  # as many batches on every rank
+    assert sorted(set(sum(parts, []))) == list(range(41))
+    assert len(sum(parts, [])) - 41 == -41 % world_size  # the padding repeats, scored once (gather_rows)
+    assert parts[0][0] == int(np.argmax(lengths))  # still longest first
+
+
+def test_ddp_with_fewer_training_examples_than_one_global_batch_is_refused(make_cfg):
+    from types import SimpleNamespace
+
+    from sesame.tasks.core.errors import ConfigError
+    from sesame.tasks.runs.runner import build_datamodule
+
+    datamodule = build_datamodule(make_cfg("data.max_train_examples=12", "data.batch_size=8"))
+    datamodule.setup("fit")
+    datamodule.trainer = SimpleNamespace(global_rank=1, world_size=2)
+    with pytest.raises(ConfigError, match=r"data.batch_size=8 on 2 processes makes global batches of 16, more than the 12"):
+        datamodule.train_dataloader()
+
+
+def test_ddp_warns_about_the_examples_a_partial_global_batch_leaves_out(caplog):
+    with caplog.at_level(logging.WARNING, logger="sesame.tasks.inputs.batching"):
+        make_loader([{"x": i} for i in range(20)], train=True, batch_size=4, collate_fn=PaddingCollator({}),
+                    rank=0, world_size=2)
+    assert "4 of the 20 training examples fall in a last partial global batch" in caplog.text

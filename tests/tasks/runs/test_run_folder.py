@@ -1,0 +1,65 @@
+"""A run folder is never written over by accident: a rerun into a folder that holds a run is refused unless
+told to resume or overwrite it, and a refused run changes nothing there, Hydra's .hydra/ record included."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.runs.run_lock import LOCK_NAME
+from sesame.tasks.runs.runner import train
+
+TINY = ["data.max_train_examples=8", "data.max_eval_examples=8"]
+
+
+def _train_cli(run: Path, encoder: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sesame.tasks.cli.train", f"encoder.name_or_path={encoder}", "trainer=debug",
+         "trainer.enable_progress_bar=false", *TINY, f"hydra.run.dir={run}", *extra],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.suffix != ".log"}  # Hydra appends each attempt to the job's log
+
+
+def test_a_rerun_is_refused_and_changes_nothing_in_the_folder(tiny_bert_dir, tmp_path):
+    run = tmp_path / "run"
+    first = _train_cli(run, tiny_bert_dir)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (run / ".hydra" / "overrides.yaml").is_file() and (run / ".hydra" / "config.yaml").is_file()
+    before = _files(run)
+    assert "metrics.json" in before and "checkpoints/best.ckpt" in before
+
+    again = _train_cli(run, tiny_bert_dir, "seed=7")  # a finished run there, no resume
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert f"{run} already holds a run (metrics.json" in again.stderr
+    assert "resume=true" in again.stderr and "overwrite=true" in again.stderr
+    assert _files(run) == before
+
+    (run / LOCK_NAME).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))  # a live run holds it
+    locked = _train_cli(run, tiny_bert_dir, "seed=7", "overwrite=true")
+    assert locked.returncode == 2 and "in use by another run" in locked.stderr, locked.stderr[-2000:]
+    assert {k: v for k, v in _files(run).items() if k != LOCK_NAME} == before
+
+
+def test_overwrite_replaces_the_earlier_run_and_resume_continues_it(make_cfg, tmp_path):
+    run = tmp_path / "run"
+    train(make_cfg(*TINY), run)
+    (run / "metrics.json").write_text('{"earlier": 1}')
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(make_cfg(*TINY), run)
+    assert json.loads((run / "metrics.json").read_text()) == {"earlier": 1}
+
+    metrics = train(make_cfg(*TINY, "overwrite=true", "seed=3"), run)
+    assert json.loads((run / "metrics.json").read_text()) == metrics != {"earlier": 1}
+    assert train(make_cfg(*TINY, "resume=true", "seed=3"), run) == metrics  # already at its last step

@@ -1,0 +1,44 @@
+"""A run saved before a setting existed still loads: the missing keys take their task's defaults,
+with a warning, and weights sesame no longer has a place for (the dropped encoder pooler) are left out."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sesame.tasks.saved.checkpoints import load_trained
+from sesame.tasks.saved.config_upgrade import task_defaults, with_added_settings
+from sesame.tasks.runs.runner import train
+
+
+def test_missing_settings_take_the_tasks_defaults():
+    old = {"task": {"name": "squad_v1"}, "encoder": {"name_or_path": "x"}, "data": {"version_2_with_negative": False}}
+    new = with_added_settings(old)
+    assert new["encoder"]["init"] == "pretrained" and new["encoder"]["name_or_path"] == "x"
+    assert new["data"]["group_by_length"] is False
+    # v1 runs saved before data.train_windows existed trained on the windows with the answer, although
+    # the default is now all
+    assert new["data"]["train_windows"] == "with_answer"
+    assert task_defaults("squad_v1")["data"]["train_windows"] == "all"
+    assert "init" not in old["encoder"]  # the checkpoint's own dict is left alone
+    assert with_added_settings({"task": {"name": "squad_v2"}, "data": {}})["data"]["train_windows"] == "all"
+
+
+def test_an_older_full_run_loads_to_its_own_predictions(make_cfg, tmp_path, caplog):
+    train(make_cfg("trainer.limit_train_batches=2"), tmp_path)
+    path = tmp_path / "checkpoints" / "best.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    cfg = checkpoint["hyper_parameters"]["cfg"]
+    del cfg["encoder"]["init"], cfg["data"]["group_by_length"]
+    # the encoder pooler's weights such a run held (any values: they are never read)
+    checkpoint["state_dict"]["encoder.model.pooler.dense.weight"] = torch.zeros(16, 16)
+    checkpoint["state_dict"]["encoder.model.pooler.dense.bias"] = torch.zeros(16)
+    torch.save(checkpoint, path)
+    with caplog.at_level(logging.WARNING):
+        trained = load_trained(path)
+    assert "predates the settings encoder.init=pretrained, data.group_by_length=False" in caplog.text
+    state = trained.module.state_dict()
+    for key, value in checkpoint["state_dict"].items():
+        if not key.startswith("encoder.model.pooler."):
+            torch.testing.assert_close(state[key], value)
