@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,7 +30,7 @@ from sesame.tasks.inputs.feature_cache import FeatureCache
 from sesame.tasks.encoders.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
 from sesame.tasks.core.errors import DataError, settings_check
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.base.run_settings import FusionSettings, TaskSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,28 +40,6 @@ Distiller = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 #: Evaluation stage -> the data module split it reads.
 STAGE_SPLITS = {"val": "validation", "val_mm": "validation_mismatched", "test": "test"}
 
-
-@dataclass(frozen=True)
-class TaskSettings(Settings):
-    """``cfg.task`` (``conf/task/*.yaml``): which module and data module, and the metric that picks
-    the best checkpoint (higher is better), which is also the job's return value in sweeps."""
-
-    group = "task"
-    name: str
-    module: str
-    datamodule: str
-    main_metric: str
-    entity_metric: str | None = None  # task=ner only: conlleval | strict
-
-
-@dataclass(frozen=True)
-class FusionSettings(Settings):
-    """``cfg.fusion`` (``conf/fusion/*.yaml``): which hidden states make the feature (``heads/fusion.py``)."""
-
-    group = "fusion"
-    mode: str
-    layers: tuple[int, ...] | None = None  # fusion=layers only
-    combine: str | None = None  # fusion=layers only: mean | sum | concat
 
 
 def as_config(cfg: Mapping[str, Any] | DictConfig) -> DictConfig:

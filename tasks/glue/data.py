@@ -11,14 +11,14 @@ how its task is scored (:meth:`task_spec`), so the module and the data read the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.inputs.batching import PaddingCollator
-from sesame.tasks.inputs.datamodule import DataSettings, SplitDataModule
+from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.encoders.encoder import check_max_seq_length
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.glue.metrics import METRICS
@@ -31,6 +31,7 @@ from sesame.tasks.glue.readers import (
     read_table,
 )
 from sesame.tasks.glue.specs import MULTILABEL_METRICS, REGRESSION_METRICS, GlueTaskSpec, glue_spec
+from sesame.tasks.glue.settings import GlueDataSettings, TableDataSettings
 
 if TYPE_CHECKING:  # imported where data is read (tasks/glue/readers.py): not on sesame-predict's path
     import datasets
@@ -38,28 +39,6 @@ if TYPE_CHECKING:  # imported where data is read (tasks/glue/readers.py): not on
 # Evaluation splits and the data keys naming their files; MNLI also has a mismatched dev set.
 EVAL_SPLITS = (("validation", "validation_file"), ("validation_mismatched", "validation_mismatched_file"), ("test", "test_file"))
 
-
-@dataclass(frozen=True, kw_only=True)
-class GlueDataSettings(DataSettings):
-    """``cfg.data`` for ``task=glue`` (``conf/data/sst2_slice.yaml`` and the presets built on it)."""
-
-    task_name: str
-    validation_mismatched_file: str | None  # MNLI only
-    label_names: tuple[str, ...] | None  # null: the GLUE task's own
-
-
-@dataclass(frozen=True, kw_only=True)
-class TableDataSettings(DataSettings):
-    """``cfg.data`` for ``task=text_classification`` (``conf/data/table.yaml``)."""
-
-    text_column: str
-    text_pair_column: str | None
-    label_column: str
-    label_names: tuple[str, ...] | None  # null: the sorted label values of the training file
-    regression: bool
-    multi_label: bool  # each example has a set of labels (BCE loss, per-label thresholds)
-    label_separator: str  # multi-label: joins an example's labels in a CSV/TSV column ("a|b")
-    metrics: tuple[str, ...]  # the first is the main metric (task.main_metric)
 
 
 class SentenceDataModule(SplitDataModule):

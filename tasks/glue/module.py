@@ -15,9 +15,7 @@ by it, so evaluation, ``sesame-predict`` and ``sesame-export`` all use it.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,38 +36,10 @@ from sesame.tasks.encoders.hf_weights import load_prefixed_weights
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
 from sesame.tasks.base.task_module import EncoderTaskModule
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.glue.settings import ClassifierHeadSettings, PoolingSettings
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class PoolingSettings(Settings):
-    """``cfg.pooling`` (``conf/pooling/*.yaml``): how token features become one vector (``heads/pooling.py``)."""
-
-    group = "pooling"
-    name: str
-
-
-@dataclass(frozen=True)
-class ClassifierHeadSettings(Settings):
-    """``cfg.head`` of ``conf/task/glue.yaml`` and ``conf/task/text_classification.yaml``."""
-
-    group = "head"
-    dropout: float
-    class_weights: tuple[float, ...] | str | None  # null | "balanced" | one weight per label, in label order
-    label_smoothing: float  # in [0, 1)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.class_weights, str) and self.class_weights != "balanced":
-            raise ConfigError(f"head.class_weights={self.class_weights!r}: use null, balanced, or a list with one "
-                              "weight per label, e.g. head.class_weights=[1.0,4.0]")
-        if isinstance(self.class_weights, tuple):
-            bad = [w for w in self.class_weights if not (math.isfinite(w) and w > 0)]
-            if bad or not self.class_weights:
-                raise ConfigError(f"head.class_weights={list(self.class_weights)}: each weight must be a positive number")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"head.label_smoothing={self.label_smoothing}: must be at least 0 and below 1 (0: off)")
 
 
 class SentenceClassificationModule(EncoderTaskModule):

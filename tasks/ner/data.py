@@ -9,38 +9,21 @@ extend it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.inputs.datamodule import DataSettings, SplitDataModule
+from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.core.errors import ConfigError, DataError
-from sesame.tasks.ner.readers import FORMATS, NerExamples, check_tag, read_examples
-from sesame.tasks.ner.tags import TAG_SCHEMES, apply_tag_scheme, build_tag_set, encode_tags
+from sesame.tasks.ner.readers import NerExamples, check_tag, read_examples
+from sesame.tasks.ner.tags import apply_tag_scheme, build_tag_set, encode_tags
 from sesame.tasks.ner.windows import tagging_collator, tokenize_examples
+from sesame.tasks.ner.settings import NerDataSettings
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, kw_only=True)
-class NerDataSettings(DataSettings):
-    """``cfg.data`` for ``task=ner``; the keys and their values are in ``conf/data/wnut17_slice.yaml``."""
-
-    format: str
-    tag_column: int
-    tag_scheme: str
-    label_all_subwords: bool
-    tag_names: tuple[str, ...] | None  # null: from the training data (filled in for the checkpoint)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.format not in FORMATS:
-            raise ConfigError(f"data.format={self.format!r} is not one of {', '.join(FORMATS)}")
-        if self.tag_scheme not in TAG_SCHEMES:
-            raise ConfigError(f"data.tag_scheme={self.tag_scheme!r} is not one of {', '.join(TAG_SCHEMES)}")
 
 
 def load_tag_names(settings: NerDataSettings) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +28,10 @@ from sesame.tasks.ner.data import NerDataSettings, load_tag_names
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
 
 from sesame.tasks.ner.windows import stitch_words
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.ner.settings import TaggerHeadSettings
 
 log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class TaggerHeadSettings(Settings):
-    """``cfg.head`` of ``conf/task/ner.yaml`` (``heads/tagger.py``, ``heads/crf.py``)."""
-
-    group = "head"
-    dropout: float
-    crf: bool  # linear-chain CRF over words, Viterbi decoding
-    constrain_bio: bool  # with crf: decoding never emits O -> I-X or B-X -> I-Y
 
 class NerModule(EncoderTaskModule):
     """``forward(batch) -> logits [B, T, num_tags]``; see the module docstring for training and metrics.

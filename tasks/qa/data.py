@@ -7,48 +7,22 @@ Reading and validation live in ``tasks/qa/readers.py``, windowing and batching i
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import ClassVar
 
 import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.inputs.datamodule import DataSettings, SplitDataModule
+from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.core.errors import ConfigError, DataError
-from sesame.tasks.qa.readers import LoadReport, check_bad_example_mode, read_squad, report_problems
+from sesame.tasks.qa.readers import LoadReport, read_squad, report_problems
 from sesame.tasks.qa.windows import WindowDataset, check_question_lengths, encode_windows, window_collator
+from sesame.tasks.qa.settings import SquadDataSettings
 
 log = logging.getLogger(__name__)
 
 
-#: ``data.train_windows``: of an answerable question's training windows, keep only those that hold the
-#: answer, or all of them (those without it labelled [CLS], as BERT's original recipe and HF's run_qa do).
-TRAIN_WINDOWS = ("with_answer", "all")
 
-
-@dataclass(frozen=True, kw_only=True)
-class SquadDataSettings(DataSettings):
-    """``cfg.data`` of the SQuAD tasks; the keys of ``conf/data/squad_v1_slice.yaml``, described there.
-    """
-
-    version_2_with_negative: bool
-    doc_stride: int
-    on_bad_example: str
-    drop_train_overlap: bool
-    train_windows: str  # with_answer | all
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_bad_example_mode(self.on_bad_example)
-        if self.train_windows not in TRAIN_WINDOWS:
-            raise ConfigError(f"data.train_windows={self.train_windows!r} is not one of {', '.join(TRAIN_WINDOWS)}")
-
-    @property
-    def trains_null(self) -> bool:
-        """Whether some training windows point at [CLS]: v2's unanswerable questions, or windows
-        without the answer kept by ``train_windows=all``."""
-        return self.version_2_with_negative or self.train_windows == "all"
 
 
 class SquadDataModule(SplitDataModule):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +26,8 @@ from sesame.tasks.base.task_module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.qa.data import SquadDataSettings
 from sesame.tasks.qa.metrics import compute, raw_scores_v2
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.qa.settings import SpanHeadSettings
 
-
-@dataclass(frozen=True)
-class SpanHeadSettings(Settings):
-    """``cfg.head`` of ``conf/task/squad_v1.yaml`` / ``squad_v2.yaml``: how spans are decoded."""
-
-    group = "head"
-    n_best_size: int  # spans kept per question (nbest_predictions.json)
-    max_answer_length: int  # longest answer, in tokens
-    null_score_diff_threshold: float  # v2: answer "" when null score - best span score exceeds it
 
 
 class SquadModule(EncoderTaskModule):

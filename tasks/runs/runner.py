@@ -45,7 +45,8 @@ from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.inputs.feature_cache import CacheSettings, build_or_open
 from sesame.tasks.core.known_noise import known_noise_silenced
 from sesame.tasks.runs.loggers import LoggerSettings, build_loggers, progress_bar_callbacks
-from sesame.tasks.base.task_module import EncoderTaskModule, TaskSettings
+from sesame.tasks.base.run_settings import TaskSettings
+from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.runs.run_lock import holds_run_folder
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from sesame.tasks.saved.config_upgrade import with_added_settings
 from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, load_tokenizer
 from sesame.tasks.encoders.store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
 from sesame.tasks.core.errors import DataError, MissingFileError
-from sesame.tasks.base.task_module import EncoderTaskModule, TaskSettings
+from sesame.tasks.base.run_settings import RunSettings, TaskSettings
+from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.runs.run_lock import resume_asked
 from sesame.tasks.saved.trained_overrides import apply_overrides
 
@@ -106,7 +107,8 @@ def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: En
 @dataclass
 class TrainedModel:
     """A trained model read back from disk: the module (CPU, eval mode), the config it was built from
-    (with any overrides applied), its checkpoint file and the folder its encoder and tokenizer came from."""
+    (with any overrides applied) and its typed view ``settings`` (read it there, not in ``cfg``), its
+    checkpoint file and the folder its encoder and tokenizer came from."""
 
     module: EncoderTaskModule
     cfg: dict[str, Any]
@@ -114,6 +116,10 @@ class TrainedModel:
     encoder_folder: str
     tokenizer_source: str  # the run's encoder/ folder, or encoder.tokenizer / name_or_path
     global_step: int | None = None  # the optimiser step its weights are from (None: not recorded)
+    settings: RunSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.settings = RunSettings.from_config(self.cfg)
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
         return load_tokenizer(self.tokenizer_source)

@@ -7,7 +7,7 @@ from dataclasses import FrozenInstanceError, dataclass
 import pytest
 
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.base.task_module import FusionSettings, TaskSettings
+from sesame.tasks.base.run_settings import FusionSettings, TaskSettings
 from sesame.tasks.core.settings import Settings
 
 

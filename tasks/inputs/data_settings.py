@@ -1,0 +1,39 @@
+"""What every task's ``cfg.data`` has (its files and how its batches are made): the base of each task's
+data settings class (``tasks/<task>/settings.py``). Plain data: importing it loads no Lightning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.settings import Settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSettings(Settings):
+    """What every task's ``cfg.data`` has: its files and how its batches are made. Each task's
+    settings class (``tasks/<task>/data.py``) adds its own keys."""
+
+    group: ClassVar[str] = "data"
+    train_file: str | None
+    validation_file: str | None
+    test_file: str | None
+    max_seq_length: int  # tokens per example or window
+    batch_size: int
+    eval_batch_size: int
+    max_train_examples: int | None  # the first N (null = all)
+    max_eval_examples: int | None
+    num_workers: int
+    group_by_length: bool  # training batches of similar length, shuffled batch by batch
+
+    def __post_init__(self) -> None:
+        for key in ("max_seq_length", "batch_size", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key}={getattr(self, key)}: must be at least 1")
+        for key in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{key}={value}: use a positive number, or null for all examples")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers={self.num_workers}: use 0 (load in the main process) or more")
