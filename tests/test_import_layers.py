@@ -139,7 +139,6 @@ def code_uses(root: Path, modules: dict[str, str]) -> list[Use]:
                 continue
             uses += [Use(name, path, t, module_path(t, modules), node.lineno, how) for t in found]
     return [u for u in uses if u.target != u.source]
-    return uses
 
 
 def conf_uses(root: Path, modules: dict[str, str]) -> list[Use]:
@@ -187,7 +186,8 @@ def layer_violations(root: Path) -> list[str]:
                 for name, path in modules.items() if layer_of(path, tasks) is None]
     confs = conf_uses(root, modules)
     # A task's conf file sits with the task package its task.module names.
-    conf_layer = {u.source_path: layer_of(u.target_path, tasks) for u in confs if u.source == "task.module"}
+    conf_layer = {u.source_path: layer for u in confs if u.source == "task.module"
+                  if (layer := layer_of(u.target_path, tasks)) and layer.task}
     for use in code_uses(root, modules) + confs:
         if use.implied:
             continue
@@ -310,6 +310,7 @@ SYNTHETIC = {
           head_settings: sesame.tasks.core.errors.Settings
         """,
     "conf/task/beta.yaml": "task:\n  name: beta\n  module: sesame.tasks.beta.module.BetaModule\n",
+    "conf/task/gamma.yaml": "task:\n  name: gamma\n  module: sesame.tasks.runs.runner.Gamma\n",
 }
 
 
@@ -343,6 +344,8 @@ def test_the_checker_catches_each_kind_of_violation(synthetic):
         # a task's conf naming another task's class, and a class above the task layer
         "conf/task/alpha.yaml:5: task.predictor (task alpha) string-loads sesame.tasks.beta.module (task beta)",
         "conf/task/alpha.yaml:6: task.export (task alpha) string-loads sesame.tasks.runs.runner (runs)",
+        # a task conf whose task.module is no task's
+        "conf/task/gamma.yaml:3: task.module: the file's task.module names no task package",
         # a folder no layer holds
         "tasks/stray/__init__.py (sesame.tasks.stray) is in no layer",
     ]
@@ -358,7 +361,8 @@ def test_the_checker_allows_what_the_order_allows(synthetic):
     for fine in ("tasks/inputs/batching.py",  # inputs -> heads, inputs -> core
                  "tasks/alpha/data.py",  # within its own task package
                  "tasks/runs/runner.py:2",  # runs -> core
-                 "task.module", "task.datamodule", "task.head_settings",  # conf: its own task, a lower layer
+                 "conf/task/alpha.yaml:3", "conf/task/alpha.yaml:4",  # conf: its own task
+                 "conf/task/alpha.yaml:7", "conf/task/beta.yaml",  # conf: a lower layer
                  "tasks/core/paths.py:2", "sesame.tasks.alpha.module (task alpha) imports sesame.tasks.base"):
         assert fine not in problems, problems
 
