@@ -4,7 +4,6 @@ the layers in the order ``tests/test_import_layers.py`` enforces."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -12,12 +11,12 @@ from tests.test_import_layers import LAYERS, ORDER, ROOT, TASKS, find_modules
 
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 #: A heading that names a folder: ``### core: `tasks/core/` `` or ``#### `tasks/glue/` (...)``.
-FOLDER_HEADING = re.compile(r"^#{2,6} .*?`((?:heads|tasks)(?:/[\w<>]+)*)/`", re.M)
+FOLDER_HEADING = re.compile(r"^#{2,6} .*?`((?:heads|tasks)(?:/[\w<>]+)*)/`", re.MULTILINE)
 
 
 def sections(text: str) -> dict[str, str]:
     """``{folder: the text under its heading, up to the next heading}``."""
-    headings = list(re.finditer(r"^#{2,6} .*$", text, re.M))
+    headings = list(re.finditer(r"^#{2,6} .*$", text, re.MULTILINE))
     found = {}
     for i, heading in enumerate(headings):
         if match := FOLDER_HEADING.match(heading.group(0)):

@@ -334,12 +334,12 @@ def test_the_checker_catches_each_kind_of_violation(synthetic):
         # a string naming a module of a higher layer
         "tasks/base/task_module.py:2: sesame.tasks.base.task_module (base) string-loads sesame.tasks.runs.runner (runs)",
         # task packages, relative and string-loaded
-        "tasks/alpha/module.py:2: sesame.tasks.alpha.module (task alpha) imports sesame.tasks.beta.module (task beta); "
-        "task packages never use each other",
+        ("tasks/alpha/module.py:2: sesame.tasks.alpha.module (task alpha) imports sesame.tasks.beta.module (task beta); "
+         "task packages never use each other"),
         "tasks/beta/module.py:2: sesame.tasks.beta.module (task beta) string-loads sesame.tasks.alpha.data (task alpha)",
         # generic code naming a task, by import or by string
-        "tasks/runs/runner.py:1: sesame.tasks.runs.runner (runs) imports sesame.tasks.alpha.module (task alpha); "
-        "generic code never names a task",
+        ("tasks/runs/runner.py:1: sesame.tasks.runs.runner (runs) imports sesame.tasks.alpha.module (task alpha); "
+         "generic code never names a task"),
         "tasks/runs/runner.py:3: sesame.tasks.runs.runner (runs) string-loads sesame.tasks.beta.module (task beta)",
         # a task's conf naming another task's class, and a class above the task layer
         "conf/task/alpha.yaml:5: task.predictor (task alpha) string-loads sesame.tasks.beta.module (task beta)",
