@@ -52,7 +52,7 @@ def backends(run: Path, onnx_dir: Path, threads: int) -> dict[str, Backend]:
     from sesame.tasks.saved.checkpoints import load_trained
     from sesame.tasks.saved.int8 import quantize_module
     from sesame.tasks.export import as_tuple
-    from sesame.tasks.export.onnx import INT8_FILE, MODEL_FILE, new_session, run_session
+    from sesame.tasks.inference.onnx_session import INT8_FILE, MODEL_FILE, new_session, run_session
 
     module = load_trained(run).module.eval()
     int8 = quantize_module(copy.deepcopy(module))

@@ -14,8 +14,11 @@ Both write a model card (``README.md``, ``tasks/export/model_card.py``) and the 
 hidden temporary folder next to the output that is renamed into place only when everything is
 written and checked: a crash never leaves a complete-looking half export.
 
-This file holds what both formats share: which task family a module is, the run folder of a
-checkpoint, the staging folder, and the small probe batches the exports are checked on.
+What the task adds (transformers' model class, the head's weights, probe inputs in the task's own
+tokenisation, which positions of an output carry a value, extra files, the model card's facts) the
+task's ``TaskExport`` says (``tasks/base/export.py``; ``task.export`` of ``conf/task/<task>.yaml``):
+nothing here names a task. This file holds what both formats share: the task export of a trained
+model, the run folder of a checkpoint and the staging folder.
 """
 
 from __future__ import annotations
@@ -24,38 +27,24 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedTokenizerBase
 
+from sesame.tasks.base.run_settings import task_class
 from sesame.tasks.core.atomic_files import current_umask, file_in_the_way, write_errors_explained
-from sesame.tasks.inputs.batching import PaddingCollator
-from sesame.tasks.core.errors import ConfigError, UserError, WriteError
+from sesame.tasks.core.errors import UserError, WriteError
+
+if TYPE_CHECKING:
+    from sesame.tasks.base.export import TaskExport
+    from sesame.tasks.saved.checkpoints import TrainedModel
 
 #: What a refused export write leaves behind (``staged_folder`` removes its partial folder).
 NOTHING_WRITTEN = "Nothing was written (the partial export was removed). "
 #: ``--format`` values.
 FORMATS = ("hf", "onnx")
-
-#: Task family of each ``task.name``.
-FAMILIES = {
-    "glue": "sequence_classification",
-    "text_classification": "sequence_classification",
-    "squad_v1": "question_answering",
-    "squad_v2": "question_answering",
-    "ner": "token_classification",
-}
-
-
-def task_family(cfg: Mapping[str, Any]) -> str:
-    """``sequence_classification``, ``question_answering`` or ``token_classification`` for a trained config."""
-    name = cfg["task"]["name"]
-    if name not in FAMILIES:
-        raise ConfigError(f"task.name={name!r}: sesame-export knows the tasks {', '.join(FAMILIES)}")
-    return FAMILIES[name]
 
 
 def run_folder_of(checkpoint: str | Path) -> Path | None:
@@ -99,65 +88,9 @@ def staged_folder(output: str | Path) -> Iterator[Path]:
             raise
 
 
-def decision_thresholds(module: Any) -> dict[str, float] | None:
-    """Multi-label classification: ``{label: threshold}`` on each label's sigmoid probability, as tuned
-    on the dev set in training (a label applies where ``probability >= threshold``); else None."""
-    thresholds = getattr(module, "thresholds", None) if getattr(module, "multi_label", False) else None
-    if thresholds is None:
-        return None
-    return {str(n): float(t) for n, t in zip(module.label_names, thresholds.detach().cpu().tolist())}
-
-
-# Probe batches: small inputs the exports are checked on ---------------------------------------------
-_SENTENCES = [
-    ("a gripping , beautifully shot film", "the film is gripping"),
-    ("not good at all , sadly", "it was bad"),
-    ("the cast is great but the plot is thin and the ending drags on for far too long", "the plot is thin"),
-    ("fine", "ok"),
-]
-_QA = [
-    ("who won the prize ?", "marie curie won the nobel prize in physics in 1903 and in chemistry in 1911 ."),
-    ("where was the game played ?", "the game was played on february 7 , 2016 , at levi ' s stadium in santa clara , california ."),
-    ("when ?", "in 1911 ."),
-    ("which team won super bowl 50 and by how many points did it win over the panthers ?",
-     "the denver broncos defeated the carolina panthers 24 - 10 to earn their third super bowl title ."),
-]
-_WORDS = [
-    ["marie", "curie", "lived", "in", "paris", "."],
-    ["@user", "going", "to", "new", "york", "city", "tomorrow", "with", "john", "smith", "!"],
-    ["hi"],
-    ["the", "denver", "broncos", "won", "super", "bowl", "50", "in", "santa", "clara"],
-]
-
-
-def probe_batch(family: str, tokenizer: PreTrainedTokenizerBase, rows: Sequence[int], max_length: int,
-                pairs: bool = False) -> dict[str, torch.Tensor]:
-    """A padded batch of the built-in probe inputs ``rows`` (indices 0-3) for a task family.
-
-    ``pairs``: sentence-pair classification (segment B present). QA batches carry ``context_mask``
-    (the context's tokens), NER batches are word lists tokenised as sesame's windows are.
-    """
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    encoded: list[dict[str, Any]] = []
-    for i in rows:
-        if family == "question_answering":
-            question, context = _QA[i]
-            enc = tokenizer(question, context, truncation="only_second", max_length=max_length)
-            row = dict(enc)
-            row["context_mask"] = [s == 1 for s in enc.sequence_ids()]
-        elif family == "token_classification":
-            row = dict(tokenizer(_WORDS[i], is_split_into_words=True, truncation=True, max_length=max_length))
-        else:
-            a, b = _SENTENCES[i]
-            row = dict(tokenizer(a, b if pairs else None, truncation=True, max_length=max_length))
-        encoded.append(row)
-    return PaddingCollator({"input_ids": pad_id, "context_mask": False})(encoded)
-
-
-def is_pair_task(module: Any) -> bool:
-    """A sentence-pair classification task (its spec has a second text column)."""
-    spec = getattr(module, "spec", None)
-    return getattr(spec, "text_b", None) is not None
+def task_export(trained: TrainedModel) -> TaskExport:
+    """The trained model's task export (``task.export`` of its config: ``tasks/base/export.py``), with its module."""
+    return task_class(trained.settings.task, "export")(trained.settings, trained.module)
 
 
 def as_tuple(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:

@@ -7,18 +7,20 @@ load. It is written only where sesame's network *is* that model:
 
 - the head reads the last layer's output (``fusion=last``, or ``fusion=layers`` of the last one):
   transformers' task models read nothing else;
-- classification pools with ``pooling=pooler``: transformers' BERT-style classifier runs the
-  encoder's pooler (dense + tanh on [CLS]) before its linear layer, and RoBERTa-style ones a dense +
-  tanh layer on [CLS]; sesame's ``PoolerPooling`` is exactly that layer, trained, and goes there.
-  ``pooling=cls`` has no such layer (its classifier reads [CLS] directly) and mean / max pooling read
-  every token, so neither has a place in those models;
-- tagging decodes by argmax (no CRF: transformers' token classifiers have no transition scores);
+- transformers' task model is the encoder plus the layer(s) the task's head fills (no decoder, no
+  layers of its own sesame never trained);
+- the task's head maps (``TaskExport.refusal_reasons``: e.g. classification pools with
+  ``pooling=pooler``, the layer transformers' classifiers put on [CLS]; tagging decodes by argmax,
+  not a CRF);
 - the weights are float (a ``sesame-compress quantize`` run holds packed int8 weights).
 
 Anything else is a :class:`ConfigError` naming each setting that does not map and why, and pointing
-to ``--format onnx`` (the whole sesame network) or the sesame run folder. Where the structure maps,
-the written model is also checked to give sesame's outputs on probe inputs (the same logits; QA on
-the context positions, the only ones sesame does not mask).
+to ``--format onnx`` (the whole sesame network) or the sesame run folder. The task says which model
+class and labels (``TaskExport.auto_class``, ``hf_config``) and fills its head's weights
+(``fill_head``); the encoder's are copied here. Where the structure maps, the written model is also
+checked to give sesame's outputs on the task's probe inputs (the same logits, at the positions that
+carry a value: ``TaskExport.compared_positions``; QA's context positions, the only ones sesame does
+not mask).
 """
 
 from __future__ import annotations
@@ -32,23 +34,16 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from sesame.tasks.base.export import TaskExport
 from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.encoders.encoder import encoder_inputs
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.export import (as_tuple, check_output_folder, decision_thresholds, is_pair_task, probe_batch,
-                                 staged_folder, task_family)
+from sesame.tasks.export import as_tuple, check_output_folder, staged_folder, task_export
 from sesame.tasks.export.model_card import write_model_card
-from sesame.heads.masking import is_masked
 
 log = logging.getLogger(__name__)
 
-#: transformers' auto class of each task family.
-AUTO_CLASSES = {
-    "sequence_classification": "AutoModelForSequenceClassification",
-    "question_answering": "AutoModelForQuestionAnswering",
-    "token_classification": "AutoModelForTokenClassification",
-}
 #: Where the model does not map: what to use instead.
 ALTERNATIVES = ("Use --format onnx (the whole sesame network, run with onnxruntime or sesame-predict), or the "
                 "sesame run folder itself (sesame-eval / sesame-predict)")
@@ -63,10 +58,11 @@ _FUSIONS = {
 }
 
 
-def auto_class(family: str) -> Any:
+def auto_class(name: str) -> Any:
+    """transformers' auto class ``name`` (``TaskExport.auto_class``)."""
     import transformers
 
-    return getattr(transformers, AUTO_CLASSES[family])
+    return getattr(transformers, name)
 
 
 def fusion_reason(module: Any) -> str | None:
@@ -82,91 +78,46 @@ def fusion_reason(module: Any) -> str | None:
             "layer's output")
 
 
-def _classifier_style(hf: PreTrainedModel) -> str | None:
-    """How a ``...ForSequenceClassification`` turns [CLS] into logits, where sesame's pooler maps onto it:
-    ``pooler`` (the base model's pooler, dense + tanh, then ``classifier``: BERT), ``dense_head``
-    (``classifier.dense`` + tanh + ``classifier.out_proj``: RoBERTa, XLM-R, MPNet), else None."""
-    base = getattr(hf, hf.base_model_prefix, None)
-    classifier = getattr(hf, "classifier", None)
-    pooler = getattr(base, "pooler", None)
-    if isinstance(classifier, nn.Linear) and isinstance(getattr(pooler, "dense", None), nn.Linear) \
-            and isinstance(getattr(pooler, "activation", None), nn.Tanh):
-        return "pooler"
-    if isinstance(getattr(classifier, "dense", None), nn.Linear) and isinstance(getattr(classifier, "out_proj", None), nn.Linear):
-        return "dense_head"
-    return None
-
-
-def _between_cls_and_classifier(hf: PreTrainedModel) -> str:
-    style = _classifier_style(hf)
-    if style == "pooler":
-        return "the encoder's pooler (dense + tanh)"
-    if style == "dense_head":
-        return "a dense + tanh layer (classifier.dense)"
-    return "layers of its own"
-
-
-#: The output layer sesame's head fills, per task family (classification's depends on the classifier style).
-_OUTPUT_LAYERS = {"question_answering": "qa_outputs", "token_classification": "classifier"}
-
-
-def structure_reasons(hf: PreTrainedModel, family: str) -> list[str]:
-    """Where transformers' task model of the encoder's family is not an encoder plus one output layer:
-    a decoder it runs too (T5, BART: encoder-decoder task models), or layers of its own between the
-    encoder and the output layer (ModernBERT's ``head``), neither of which sesame's model has."""
+def structure_reasons(hf: PreTrainedModel, output_layer: str | None) -> list[str]:
+    """Where transformers' task model of the encoder's family is not an encoder plus one output layer
+    (``output_layer``, the task's ``TaskExport.hf_output_layer``; None: the task checks the layers
+    outside the encoder itself): a decoder it runs too (T5, BART: encoder-decoder task models), or
+    layers of its own between the encoder and the output layer (ModernBERT's ``head``), neither of
+    which sesame's model has."""
     reasons = []
     prefix = hf.base_model_prefix + "."
     names = [name for name, _ in hf.named_parameters()]
     if any(n.startswith(("decoder.", prefix + "decoder.")) for n in names):
         return [f"{type(hf).__name__} is an encoder-decoder model that runs its decoder too, while this model is "
                 "the encoder alone"]
-    out = _OUTPUT_LAYERS.get(family)
-    if out is not None:
-        extra = sorted({n.split(".")[0] for n in names if not n.startswith(prefix) and not n.startswith(out + ".")})
+    if output_layer is not None:
+        extra = sorted({n.split(".")[0] for n in names if not n.startswith(prefix) and not n.startswith(output_layer + ".")})
         if extra:
             reasons.append(f"{type(hf).__name__} puts layers of its own ({', '.join(extra)}) between the encoder and its "
-                           f"{out}, which this model never trained")
+                           f"{output_layer}, which this model never trained")
     return reasons
 
 
-def refusal_reasons(trained: TrainedModel, hf: PreTrainedModel | None) -> list[str]:
+def refusal_reasons(trained: TrainedModel, hf: PreTrainedModel | None, task: TaskExport | None = None) -> list[str]:
     """Every reason the trained model cannot be written as ``hf`` (transformers' task model, None when
-    transformers has none for the encoder); empty when it maps."""
-    module, cfg = trained.module, trained.cfg
-    family = task_family(cfg)
+    transformers has none for the encoder); empty when it maps. The encoder's reasons are found here,
+    the head's by the task (``TaskExport.refusal_reasons``)."""
+    task = task or task_export(trained)
+    module = trained.module
     reasons = []
-    if is_quantized(cfg):
+    if is_quantized(trained.cfg):
         reasons.append("compression.quantized=true: the weights are packed int8 for torch's dynamic-int8 kernels, "
                        "while transformers' models hold float weights (export the float run; --format onnx --int8 "
                        "makes an int8 ONNX graph)")
     if hf is None:
         model_type = getattr(module.encoder.config, "model_type", "?")
-        reasons.append(f"transformers has no {AUTO_CLASSES[family].removeprefix('Auto')} for model_type={model_type}")
+        reasons.append(f"transformers has no {task.auto_class.removeprefix('Auto')} for model_type={model_type}")
     if hf is not None:
-        reasons += structure_reasons(hf, family)
+        reasons += structure_reasons(hf, task.hf_output_layer)
     fusion = fusion_reason(module)
     if fusion:
         reasons.append(fusion)
-    if family == "sequence_classification":
-        name = cfg["pooling"]["name"]
-        hf_name = type(hf).__name__ if hf is not None else AUTO_CLASSES[family].removeprefix("Auto")
-        if name == "cls":
-            between = _between_cls_and_classifier(hf) if hf is not None else "layers of its own"
-            reasons.append(f"pooling=cls: sesame's classifier reads the [CLS] vector directly, but {hf_name} puts "
-                           f"{between} between [CLS] and its classifier, which this model never trained (train with "
-                           "pooling=pooler for a model that maps)")
-        elif name == "pooler":
-            if hf is not None and _classifier_style(hf) is None:
-                reasons.append(f"pooling=pooler: {hf_name} has no dense + tanh layer on [CLS] for sesame's pooler to go into")
-        else:
-            what = {"mean": "the average of every token's features", "max": "the element-wise maximum over every token",
-                    "cls_mean": "[CLS] and the token average side by side"}.get(name, f"made by pooling={name}")
-            reasons.append(f"pooling={name}: the sentence vector is {what}, but {hf_name} reads the [CLS] token only")
-    if family == "token_classification" and module.head.crf is not None:
-        reasons.append(f"head.crf=true: the tags are decoded by a CRF (Viterbi over {module.head.num_tags}x"
-                       f"{module.head.num_tags} learned transition scores), but transformers' token classifiers have "
-                       "no transitions: they take each token's argmax")
-    return reasons
+    return reasons + task.refusal_reasons(hf)
 
 
 def plain_encoder_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -185,75 +136,40 @@ def plain_encoder_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return plain_state_dict(merged)
 
 
-def new_hf_model(trained: TrainedModel) -> PreTrainedModel | None:
+def new_hf_model(trained: TrainedModel, task: TaskExport | None = None) -> PreTrainedModel | None:
     """transformers' task model for the trained model's encoder and labels (random weights), or None
     where transformers has none for the encoder's ``model_type``."""
-    module, cfg = trained.module, trained.cfg
-    family = task_family(cfg)
+    task = task or task_export(trained)
+    module = trained.module
     config = copy.deepcopy(module.encoder.model.config)
-    if family == "sequence_classification":
-        names = module.label_names
-        if names is None:
-            config.num_labels, config.problem_type = 1, "regression"
-        else:
-            config.id2label = dict(enumerate(names))
-            config.label2id = {n: i for i, n in enumerate(names)}
-            multi = bool(getattr(module, "multi_label", False))
-            config.problem_type = "multi_label_classification" if multi else "single_label_classification"
-            thresholds = decision_thresholds(module)
-            if thresholds is not None:  # sesame's tuned per-label decisions; transformers itself does not read them
-                config.sesame_decision_thresholds = thresholds
-    elif family == "token_classification":
-        config.id2label = dict(enumerate(module.tag_names))
-        config.label2id = {n: i for i, n in enumerate(module.tag_names)}
+    task.hf_config(config)
     try:
-        return auto_class(family).from_config(config, dtype=next(module.encoder.model.parameters()).dtype)
+        return auto_class(task.auto_class).from_config(config, dtype=next(module.encoder.model.parameters()).dtype)
     except ValueError:  # "Unrecognized configuration class ... for this kind of AutoModel"
         return None
 
 
-def fill_weights(hf: PreTrainedModel, trained: TrainedModel) -> None:
+def fill_weights(hf: PreTrainedModel, trained: TrainedModel, task: TaskExport | None = None) -> None:
     """Copy the sesame module's weights into ``hf``: the encoder under ``base_model_prefix``, the head
-    (and for classification the trained pooler) into their places. Every weight of ``hf`` is set."""
-    module = trained.module
-    family = task_family(trained.cfg)
+    (and for classification the trained pooler) into their places (``TaskExport.fill_head``). Every
+    weight of ``hf`` is set."""
+    task = task or task_export(trained)
     base = getattr(hf, hf.base_model_prefix)
-    missing, unexpected = base.load_state_dict(plain_encoder_state(module.encoder.model), strict=False)
+    missing, unexpected = base.load_state_dict(plain_encoder_state(trained.module.encoder.model), strict=False)
     # A task model without a pooler (QA, tagging, RoBERTa-style classification) leaves the encoder's out.
     unexpected = [k for k in unexpected if not k.startswith("pooler.")]
-    filled: set[str] = set()
-    if family == "sequence_classification":
-        if _classifier_style(hf) == "pooler":
-            base.pooler.dense.load_state_dict(module.pooling.dense.state_dict())
-            hf.classifier.load_state_dict(module.head.classifier.state_dict())
-            filled |= {"pooler.dense.weight", "pooler.dense.bias"}
-        else:
-            hf.classifier.dense.load_state_dict(module.pooling.dense.state_dict())
-            hf.classifier.out_proj.load_state_dict(module.head.classifier.state_dict())
-    elif family == "question_answering":
-        hf.qa_outputs.load_state_dict(module.head.qa_outputs.state_dict())
-    else:
-        hf.classifier.load_state_dict(module.head.classifier.state_dict())
-    temperature = getattr(getattr(module, "calibration", None), "temperature", None)
-    if family == "sequence_classification" and temperature is not None and float(temperature) != 1.0:
-        # calibrate=true: logits / T is the same linear layer with weight / T and bias / T.
-        out = hf.classifier if _classifier_style(hf) == "pooler" else hf.classifier.out_proj
-        with torch.no_grad():
-            out.weight.div_(float(temperature))
-            out.bias.div_(float(temperature))
+    filled = task.fill_head(hf)
     missing = [k for k in missing if k not in filled]
     if missing or unexpected:  # the encoder is the same architecture: a bug, not a user error
         raise RuntimeError(f"{type(hf).__name__}: encoder weights missing {missing[:5]} / unexpected {unexpected[:5]}")
 
 
-def hf_outputs(hf: PreTrainedModel, family: str, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+def hf_outputs(hf: PreTrainedModel, task: TaskExport, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """``hf``'s outputs on ``batch`` as the module's (``TaskExport.hf_outputs``)."""
     inputs = encoder_inputs(batch)
     if "token_type_ids" in inputs and "token_type_ids" not in _forward_parameters(hf):
         inputs.pop("token_type_ids")
-    out = hf(**inputs)
-    if family == "question_answering":
-        return out.start_logits, out.end_logits
-    return (out.logits,)
+    return task.hf_outputs(hf(**inputs))
 
 
 def _forward_parameters(model: nn.Module) -> set[str]:
@@ -262,22 +178,14 @@ def _forward_parameters(model: nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
-def compared_positions(family: str, sesame: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Where the exported model must equal sesame: everything for classification, real tokens for
-    tagging, the positions sesame does not mask (the context, and [CLS] in v2) for QA."""
-    if family == "question_answering":
-        return ~is_masked(sesame)
-    if family == "token_classification":
-        return batch["attention_mask"].bool().unsqueeze(-1).expand_as(sesame)
-    return torch.ones_like(sesame, dtype=torch.bool)
-
-
-def max_abs_diff(family: str, batch: dict[str, torch.Tensor], sesame: tuple[torch.Tensor, ...],
+def max_abs_diff(task: TaskExport, batch: dict[str, torch.Tensor], sesame: tuple[torch.Tensor, ...],
                  other: tuple[torch.Tensor, ...]) -> tuple[float, float]:
-    """``(max |sesame - other|, max |sesame|)`` over the compared positions of every output."""
+    """``(max |sesame - other|, max |sesame|)`` over the compared positions of every output
+    (``TaskExport.compared_positions``: everything for classification, real tokens for tagging, the
+    positions sesame does not mask for QA)."""
     diff, scale = 0.0, 0.0
     for ref, got in zip(sesame, other, strict=True):
-        keep = compared_positions(family, ref, batch)
+        keep = task.compared_positions(ref, batch)
         ref, got = ref.float()[keep], got.float()[keep]
         if ref.numel():
             diff = max(diff, float((ref - got).abs().max()))
@@ -288,18 +196,17 @@ def max_abs_diff(family: str, batch: dict[str, torch.Tensor], sesame: tuple[torc
 def check_same_outputs(hf: PreTrainedModel, trained: TrainedModel, tokenizer: Any) -> float:
     """The largest difference between ``hf``'s and sesame's outputs on two probe batches; a
     :class:`ConfigError` where it exceeds :data:`TOLERANCE` (relative to the outputs' size)."""
-    module, family = trained.module, task_family(trained.cfg)
-    max_length = int(trained.cfg["data"]["max_seq_length"])
+    module, task = trained.module, task_export(trained)
     worst = 0.0
     for rows in ((0, 1), (2, 3, 0)):
-        batch = probe_batch(family, tokenizer, rows, max_length, pairs=is_pair_task(module))
+        batch = task.probe_batch(tokenizer, rows)
         with torch.inference_mode():
             sesame = as_tuple(module(batch))
-            other = hf_outputs(hf, family, batch)
-        diff, scale = max_abs_diff(family, batch, sesame, other)
+            other = hf_outputs(hf, task, batch)
+        diff, scale = max_abs_diff(task, batch, sesame, other)
         if diff > TOLERANCE * max(1.0, scale):
             raise ConfigError(f"{type(hf).__name__} built from this model does not give its outputs (max abs "
-                              f"difference {diff:.3g}): its {AUTO_CLASSES[family]} head is not sesame's. {ALTERNATIVES}")
+                              f"difference {diff:.3g}): its {task.auto_class} head is not sesame's. {ALTERNATIVES}")
         worst = max(worst, diff)
     return worst
 
@@ -307,14 +214,14 @@ def check_same_outputs(hf: PreTrainedModel, trained: TrainedModel, tokenizer: An
 def build_hf_model(trained: TrainedModel) -> PreTrainedModel:
     """transformers' task model holding the trained model's weights (eval mode), or a
     :class:`ConfigError` listing what does not map."""
-    hf = new_hf_model(trained)
-    reasons = refusal_reasons(trained, hf)
+    task = task_export(trained)
+    hf = new_hf_model(trained, task)
+    reasons = refusal_reasons(trained, hf, task)
     if reasons:
-        family = task_family(trained.cfg)
-        raise ConfigError(f"--format hf: this model does not map onto transformers' {AUTO_CLASSES[family]}: "
+        raise ConfigError(f"--format hf: this model does not map onto transformers' {task.auto_class}: "
                           + "; ".join(reasons) + f". {ALTERNATIVES}")
     assert hf is not None
-    fill_weights(hf, trained)
+    fill_weights(hf, trained, task)
     return hf.eval()
 
 
@@ -329,16 +236,13 @@ def export_hf(run: str | Path, output: str | Path, command: str | None = None) -
     tokenizer = trained.tokenizer()
     hf = build_hf_model(trained)
     diff = check_same_outputs(hf, trained, tokenizer)
-    family = task_family(trained.cfg)
+    task = task_export(trained)
     report: dict[str, Any] = {
         "format": "hf", "output": str(Path(output).expanduser()), "checkpoint": str(trained.checkpoint),
-        "architecture": type(hf).__name__, "auto_class": AUTO_CLASSES[family],
-        "labels": [hf.config.id2label[i] for i in range(hf.config.num_labels)] if family != "question_answering" else None,
+        "architecture": type(hf).__name__, "auto_class": task.auto_class, "labels": task.report_labels(hf),
         "max_abs_diff": diff,
     }
-    thresholds = decision_thresholds(trained.module)
-    if thresholds is not None:
-        report["decision_thresholds"] = thresholds
+    report.update(task.report_entries())  # multi-label: the decision thresholds
     with staged_folder(output) as folder:
         hf.save_pretrained(folder)
         tokenizer.save_pretrained(folder)

@@ -7,6 +7,8 @@ exported, the run's metrics (its ``metrics.json``, flagged where they are of ano
 the export checked (largest difference from sesame's outputs), the files, code that loads and runs
 them (each snippet is run by the tests), and the command that wrote it. Everything comes from the checkpoint's config and the run folder; a value that
 cannot be found (a bare .ckpt, a training file no longer there) is written as unknown, never guessed.
+What is the task's (its kind and labels, its settings rows, the example input and the transformers
+snippet, how its training file is counted) its ``TaskExport`` says (``tasks/base/export.py``).
 """
 
 from __future__ import annotations
@@ -20,18 +22,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from sesame.tasks.base.export import TaskExport
 from sesame.tasks.saved.checkpoints import TrainedModel
+from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.core.errors import UserError
-from sesame.tasks.export import is_pair_task, run_folder_of, task_family
+from sesame.tasks.export import run_folder_of, task_export
 
 log = logging.getLogger(__name__)
-
-#: Hugging Face ``pipeline_tag`` of each task family.
-PIPELINE_TAGS = {
-    "sequence_classification": "text-classification",
-    "question_answering": "question-answering",
-    "token_classification": "token-classification",
-}
 
 
 def run_metrics(trained: TrainedModel) -> dict[str, Any] | None:
@@ -47,35 +44,15 @@ def run_metrics(trained: TrainedModel) -> dict[str, Any] | None:
         return None
 
 
-def count_training_examples(cfg: Mapping[str, Any]) -> int | None:
-    """Examples in the run's training file (before ``data.max_train_examples``); None where the file
-    cannot be read here (it may have stayed on the training machine)."""
-    data = cfg.get("data") or {}
-    path = data.get("train_file")
+def count_training_examples(task: TaskExport) -> int | None:
+    """Examples in the run's training file (before ``data.max_train_examples``), read by the task
+    (``TaskExport.count_examples``); None where the file cannot be read here (it may have stayed on
+    the training machine)."""
+    path = task.settings.data.train_file
     if not path or not Path(str(path)).expanduser().is_file():
         return None
     try:
-        family = task_family(cfg)
-        if family == "question_answering":
-            from sesame.tasks.qa.readers import read_squad
-
-            rows, _ = read_squad(path, allow_impossible=bool(data.get("version_2_with_negative")),
-                                 on_bad_example="skip", key="train_file")
-            return len(rows)
-        if family == "token_classification":
-            from sesame.tasks.ner.readers import read_examples
-
-            return len(read_examples(path, data.get("format", "auto"), int(data.get("tag_column", -1)), "train_file"))
-        if cfg["task"]["name"] == "text_classification":
-            from sesame.tasks.glue.readers import read_table
-
-            table, _ = read_table(path, data["text_column"], data.get("text_pair_column"), data["label_column"])
-            return len(table)
-        from sesame.tasks.glue.data import GlueDataModule, GlueDataSettings
-        from sesame.tasks.glue.readers import read_glue_tsv
-
-        spec = GlueDataModule.task_spec(GlueDataSettings.from_config(data))
-        return len(read_glue_tsv(path, spec))
+        return task.count_examples(path)
     except (UserError, OSError, KeyError, ValueError) as err:
         log.warning("could not count the training examples of %s: %s", path, err)
         return None
@@ -143,68 +120,12 @@ def _metrics_heading(trained: TrainedModel, metrics: Mapping[str, Any] | None) -
     return "The run's `metrics.json` (the exported checkpoint's weights, on the run's validation data):"
 
 
-def _labels(trained: TrainedModel) -> list[str] | None:
-    module = trained.module
-    names = getattr(module, "tag_names", None) or getattr(module, "label_names", None)
-    return list(names) if names else None
-
-
-#: The example input every usage snippet runs on, per task family (sesame-predict's JSON fields).
-EXAMPLE_INPUTS = {
-    "sequence_classification": {"text": "a charming and often affecting journey"},
-    "question_answering": {"question": "Where did Marie Curie live?",
-                           "context": "Marie Curie lived in Paris and worked on radioactivity."},
-    "token_classification": {"text": "Marie Curie lived in Paris ."},
-}
-
-
-def example_input(family: str, pairs: bool = False) -> dict[str, str]:
-    """The snippets' input: sesame-predict's JSON fields (``text_pair`` too for a sentence-pair task)."""
-    return {**EXAMPLE_INPUTS[family], **({"text_pair": "an often charming journey"} if pairs else {})}
-
-
-def _hf_usage(family: str, folder: str, kind: str, example: dict[str, str], trained_cfg: Mapping[str, Any]) -> str:
-    """Python that loads the transformers export and runs it on ``example`` (transformers 5: no
-    question-answering pipeline, so QA picks the best span from the start / end logits itself)."""
-    auto = {"sequence_classification": "AutoModelForSequenceClassification",
-            "question_answering": "AutoModelForQuestionAnswering",
-            "token_classification": "AutoModelForTokenClassification"}[family]
-    load = (f"model = {auto}.from_pretrained(\"{folder}\").eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{folder}\")\n")
-    if family == "question_answering":
-        max_length = int((trained_cfg.get("data") or {}).get("max_seq_length") or 384)
-        longest = int((trained_cfg.get("head") or {}).get("max_answer_length") or 30)
-        return ("```python\nimport torch\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n" + load +
-                f"question = {example['question']!r}\ncontext = {example['context']!r}\n"
-                f"inputs = tokenizer(question, context, truncation=\"only_second\", max_length={max_length},\n"
-                "                   return_offsets_mapping=True, return_tensors=\"pt\")\n"
-                "offsets = inputs.pop(\"offset_mapping\")[0]\n"
-                "in_context = torch.tensor([s == 1 for s in inputs.sequence_ids(0)])\n"
-                "with torch.no_grad():\n    out = model(**inputs)\n"
-                f"# the best span of the context: end >= start, at most {longest} tokens (head.max_answer_length);\n"
-                "# sesame-predict also slides windows over long contexts (and, SQuAD 2.0, may answer nothing)\n"
-                "start = out.start_logits[0].masked_fill(~in_context, float(\"-inf\"))\n"
-                "end = out.end_logits[0].masked_fill(~in_context, float(\"-inf\"))\n"
-                "scores = start[:, None] + end[None, :]\n"
-                f"allowed = torch.ones_like(scores, dtype=torch.bool).triu().tril({longest - 1})\n"
-                "first, last = divmod(int(scores.masked_fill(~allowed, float(\"-inf\")).argmax()), scores.shape[1])\n"
-                "print(context[int(offsets[first][0]):int(offsets[last][1])])\n```")
-    text = repr(example if "text_pair" in example else example["text"])
-    call = {"regression": f"print(run({text}, function_to_apply=\"none\"))   # the regression score "
-                          "(the pipeline's default squashes it)",
-            "multi_label": f"print(run({text}, top_k=None))   # every label's probability; sesame's decisions: "
-                           ">= its threshold (config.json)"}.get(kind, f"print(run({text}))")
-    return (f"```python\nfrom transformers import {auto}, AutoTokenizer, pipeline\n\n" + load +
-            f"run = pipeline(\"{PIPELINE_TAGS[family]}\", model=model, tokenizer=tokenizer)\n{call}\n```")
-
-
-def _usage(fmt: str, family: str, folder_name: str, kind: str = "", example: dict[str, str] | None = None,
-           trained_cfg: Mapping[str, Any] | None = None) -> str:
-    """How to load and run the export, on ``example``; ``kind``: ``regression`` or ``multi_label`` for such classifiers.
-    Every snippet runs as printed from the export's parent folder (``tests/tasks/export/test_model_card.py``)."""
-    example = example or example_input(family)
+def _usage(fmt: str, task: TaskExport, folder_name: str, example: Mapping[str, str]) -> str:
+    """How to load and run the export, on ``example``: transformers' code of the task
+    (``TaskExport.hf_usage``), or ``sesame-predict`` / ``Predictor`` on an ONNX folder. Every snippet
+    runs as printed from the export's parent folder (``tests/tasks/export/test_model_card.py``)."""
     if fmt == "hf":
-        return _hf_usage(family, folder_name, kind, example, trained_cfg or {})
+        return task.hf_usage(folder_name, example)
     line = json.dumps(example)
     return ("```bash\n"
             f"echo '{line}' | sesame-predict {folder_name}   # onnxruntime; the outputs of the sesame run\n"
@@ -217,68 +138,60 @@ def _usage(fmt: str, family: str, folder_name: str, kind: str = "", example: dic
 def model_card(trained: TrainedModel, report: Mapping[str, Any], command: str | None = None,
                folder_name: str = "<this folder>") -> str:
     """The README.md text of an export of ``trained`` described by ``report`` (``export_hf`` / ``export_onnx``)."""
-    cfg = trained.cfg
-    family = task_family(cfg)
+    cfg, settings = trained.cfg, trained.settings
+    task = task_export(trained)
     fmt = report["format"]
-    data, encoder, trainer = cfg.get("data") or {}, trained.module.encoder, cfg.get("trainer") or {}
-    labels = _labels(trained)
-    task = cfg["task"]["name"] + (f" ({data['task_name']})" if data.get("task_name") else "")
-    n_train = count_training_examples(cfg)
-    cap = data.get("max_train_examples")
+    data, encoder, trainer = settings.data, trained.module.encoder, cfg.get("trainer") or {}
+    title = task.title()
+    n_train = count_training_examples(task)
+    cap = data.max_train_examples
     used = None if n_train is None else (min(n_train, int(cap)) if cap else n_train)
     train_size = "unknown (the training file is not readable here)" if n_train is None else (
         f"{used} examples" + (f" (the first {cap} of {n_train})" if cap and n_train > int(cap) else ""))
-    fusion = cfg.get("fusion") or {}
-    head = cfg.get("head") or {}
+    fusion = settings.fusion
     params = sum(p.numel() for p in trained.module.parameters())
-    kind = ""
-    if family == "sequence_classification":
-        kind = "multi_label" if getattr(trained.module, "multi_label", False) else "regression" if labels is None else ""
 
-    front = ["---", f"library_name: {'transformers' if fmt == 'hf' else 'onnx'}", f"pipeline_tag: {PIPELINE_TAGS[family]}",
-             "tags:", "- sesame", f"- {cfg['task']['name']}", *([f"- {fmt}"] if fmt == "onnx" else []), "---", ""]
+    front = ["---", f"library_name: {'transformers' if fmt == 'hf' else 'onnx'}", f"pipeline_tag: {task.pipeline_tag}",
+             "tags:", "- sesame", f"- {settings.task.name}", *([f"- {fmt}"] if fmt == "onnx" else []), "---", ""]
     model_rows: list[tuple[str, Any]] = [
-        ("task", f"{task}: {family.replace('_', ' ')}"),
-        ("labels" + (" (multi-label)" if getattr(trained.module, "multi_label", False) else "")
-         if family == "sequence_classification" else "tags", labels if labels else
-         ("none (regression: one score)" if family == "sequence_classification" else "answer spans in the context")),
-        ("encoder", f"{cfg['encoder']['name_or_path']} ({getattr(encoder.config, 'model_type', '?')}, "
+        ("task", f"{title}: {task.task_kind}"),
+        task.label_row(),
+        ("encoder", f"{settings.encoder.name_or_path} ({getattr(encoder.config, 'model_type', '?')}, "
                     f"{encoder.num_hidden_states - 1} layers, hidden size {encoder.hidden_size})"),
         ("parameters", f"{params:,}"),
-        ("fusion", fusion.get("mode", "?") + (f" (layers {fusion['layers']}, {fusion.get('combine')})" if fusion.get("layers") else "")),
+        ("fusion", fusion.mode + (f" (layers {list(fusion.layers)}, {fusion.combine})" if fusion.layers else "")),
+        *task.model_rows(),
+        ("head", ", ".join(f"{k}={_value(v)}" for k, v in sorted(settings.head.as_dict().items())) or "-"),
+        ("fine-tuning", settings.finetune.mode),
     ]
-    if family == "sequence_classification":
-        model_rows.append(("pooling", (cfg.get("pooling") or {}).get("name")))
-    model_rows.append(("head", ", ".join(f"{k}={_value(v)}" for k, v in sorted(head.items())) or "-"))
-    model_rows.append(("fine-tuning", (cfg.get("finetune") or {}).get("mode")))
     metrics = run_metrics(trained)
-    temperature = getattr(getattr(trained.module, "calibration", None), "temperature", None)
-    applied = temperature is not None and float(temperature) != 1.0
+    temperature = task.applied_temperature()
+    applied = temperature is not None
     if applied:
         where = "folded into the classifier's weights and bias" if fmt == "hf" else "in model.onnx"
-        model_rows.append(("calibration", f"temperature {float(temperature):.6g} applied: logits / T ({where})"))
-    elif cfg.get("calibrate"):
+        model_rows.append(("calibration", f"temperature {temperature:.6g} applied: logits / T ({where})"))
+    elif settings.calibrate:
         model_rows.append(("calibration", "none applied: the run fitted a temperature (calibrate=true), but this "
                                           "checkpoint does not hold it"))
     doubt = (metrics or {}).get("val_calibration_warning") if applied else None
     if doubt:
         model_rows.append(("calibration warning", doubt))
-    if (cfg.get("compression") or {}).get("quantized"):
+    if is_quantized(cfg):
         model_rows.append(("compression", "dynamic int8 (sesame-compress quantize)"))
     data_rows: list[tuple[str, Any]] = [
-        ("training file", data.get("train_file")),
+        ("training file", data.train_file),
         ("training size", train_size),
-        ("validation file", data.get("validation_file")),
-        ("max sequence length", data.get("max_seq_length")),
-        *([("doc stride", data.get("doc_stride"))] if family == "question_answering" else []),
+        ("validation file", data.validation_file),
+        ("max sequence length", data.max_seq_length),
+        *task.data_rows(),
         ("trained", _trained(trained, metrics)),
         ("settings", ", ".join(f"{key}={_value(value)}" for key, value in (
             ("trainer.max_epochs", trainer.get("max_epochs")), ("trainer.max_steps", trainer.get("max_steps")),
             ("trainer.limit_train_batches", trainer.get("limit_train_batches")),
-            ("data.max_train_examples", data.get("max_train_examples")),
-            ("data.max_eval_examples", data.get("max_eval_examples")),
-            ("calibrate", str(bool(cfg.get("calibrate"))).lower())))),
-        ("seed", cfg.get("seed")),
+            ("data.max_train_examples", data.max_train_examples),
+            ("data.max_eval_examples", data.max_eval_examples),
+            ("calibrate", str(bool(settings.calibrate)).lower())))),
+        ("seed", settings.seed),
         ("exported checkpoint", _exported(trained, metrics)),
     ]
     shown = {k: v for k, v in (metrics or {}).items() if k not in NOT_METRICS and (applied or k not in CALIBRATION_METRICS)}
@@ -297,12 +210,12 @@ def model_card(trained: TrainedModel, report: Mapping[str, Any], command: str | 
                "than the export example" if fmt == "onnx" else
                "largest difference from sesame's outputs on probe inputs (QA: on the context positions)")
     body = [
-        f"# {task} model ({fmt} export of a sesame run)", "",
+        f"# {title} model ({fmt} export of a sesame run)", "",
         _table(model_rows), "",
         "## Training", "", _table(data_rows), "",
         "## Metrics", "", _metrics_heading(trained, metrics), "", metric_text, "",
         "## Export", "", f"max abs diff: {checked}.", "", _table(export_rows), "",
-        "## Use", "", _usage(fmt, family, folder_name, kind, example_input(family, is_pair_task(trained.module)), cfg), "",
+        "## Use", "", _usage(fmt, task, folder_name, task.example_input()), "",
         "## How it was made", "", *(["```bash", command, "```"] if command else ["Not recorded: exported from Python."]), "",
     ]
     return "\n".join(front + body)

@@ -2,11 +2,13 @@
 
 The graph is the task module's ``forward``: encoder, fusion (scalar mix and all), pooling and head,
 and for QA the masking of positions outside the context. Inputs ``input_ids``, ``attention_mask``
-[B, T] int64, ``token_type_ids`` (only where the encoder reads them) and for QA ``context_mask``
-[B, T] bool; outputs ``logits`` ([B, C] classification, [B, T, C] tagging) or ``start_logits`` /
-``end_logits`` [B, T]. Batch and length axes are dynamic. A CRF's Viterbi decoding is not in the
-graph: ``crf.safetensors`` holds its transition scores and ``OnnxRunner.decode_tags`` runs sesame's
-own decoder (``heads/crf.py``) on the graph's logits.
+[B, T] int64, ``token_type_ids`` (only where the encoder reads them) and the task's own
+(``TaskExport.extra_inputs``: QA's ``context_mask`` [B, T] bool); outputs the task's
+(``TaskExport.output_names``: ``logits`` [B, C] classification, [B, T, C] tagging; ``start_logits`` /
+``end_logits`` [B, T]). Batch and length axes are dynamic. What the graph does not hold the task
+writes next to it (``TaskExport.write_files``): a CRF's transition scores (``crf.safetensors``, whose
+Viterbi decoding ``OnnxRunner.decode_tags`` runs with sesame's own decoder), multi-label decision
+thresholds (``thresholds.json``).
 
 The export is checked before the folder appears: onnxruntime's outputs on probe batches of other
 sizes and lengths than the example the graph was traced with must equal PyTorch's (the largest
@@ -15,8 +17,8 @@ onnxruntime's dynamic int8 quantisation of the graph's matrix products (weights 
 quantised per batch), with its agreement with the float graph reported.
 
 Folder: ``model.onnx`` [``model.int8.onnx``], the tokenizer files, ``sesame_config.yaml`` (the
-trained config: task, labels, data and head settings for ``sesame-predict``), [``crf.safetensors``],
-``export.json`` (the report) and ``README.md``. No ``config.json``: the folder is not a transformers one.
+trained config: task, labels, data and head settings for ``sesame-predict``), the task's files
+[``crf.safetensors``] [``thresholds.json``], ``export.json`` (the report) and ``README.md``. No ``config.json``: the folder is not a transformers one.
 """
 
 from __future__ import annotations
@@ -26,73 +28,41 @@ import logging
 import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
-from torch import nn
 
-from sesame.heads.masking import is_masked
+from sesame.tasks.base.export import TaskExport
 from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.core.known_noise import known_noise_silenced
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.export import (as_tuple, check_output_folder, decision_thresholds, is_pair_task, probe_batch,
-                                 staged_folder, task_family)
+from sesame.tasks.export import as_tuple, check_output_folder, staged_folder, task_export
 from sesame.tasks.export.model_card import write_model_card
+from sesame.tasks.inference.onnx_session import CONFIG_FILE, INT8_FILE, MODEL_FILE, new_session, run_session
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "model.onnx"
-INT8_FILE = "model.int8.onnx"
-CONFIG_FILE = "sesame_config.yaml"
-CRF_FILE = "crf.safetensors"
 REPORT_FILE = "export.json"
-THRESHOLDS_FILE = "thresholds.json"
 #: ``exporter=``: ``dynamo`` (torch.export, torch's default ONNX exporter; needs onnxscript) or
 #: ``torchscript`` (the older tracing exporter: faster, deprecated by torch).
 EXPORTERS = ("dynamo", "torchscript")
 #: Largest difference allowed between onnxruntime's and PyTorch's outputs, relative to their size.
 TOLERANCE = 1e-4
-#: The CRF's learned scores (its BIO masks follow from the tag names and ``head.constrain_bio``).
-CRF_PARAMETERS = ("start_transitions", "end_transitions", "transitions")
 #: Probe rows the graph is traced with, and the (other sizes and lengths) rows it is checked on.
 EXAMPLE_ROWS = (0, 1)
 CHECK_ROWS = ((2, 3, 0), (1,))
 
 
-def input_names(trained: TrainedModel) -> list[str]:
-    """The graph's inputs for this model."""
+def input_names(trained: TrainedModel, task: TaskExport) -> list[str]:
+    """The graph's inputs for this model: the encoder's and the task's (``TaskExport.extra_inputs``)."""
     names = ["input_ids", "attention_mask"]
     if trained.module.encoder.takes_token_types:
         names.append("token_type_ids")
-    if task_family(trained.cfg) == "question_answering":
-        names.append("context_mask")
-    return names
-
-
-def output_names(family: str) -> list[str]:
-    return ["start_logits", "end_logits"] if family == "question_answering" else ["logits"]
-
-
-class OnnxGraph(nn.Module):
-    """The task module with the graph's named tensor inputs instead of a batch dict."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                context_mask: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            batch["token_type_ids"] = token_type_ids
-        if context_mask is not None:
-            batch["context_mask"] = context_mask
-        return self.module(batch)
+    return names + list(task.extra_inputs)
 
 
 @known_noise_silenced()
@@ -101,9 +71,9 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
     """Write the module's graph to ``path``, traced on ``example``, with dynamic batch and length axes."""
     if exporter not in EXPORTERS:
         raise ConfigError(f"exporter={exporter!r} is not one of {', '.join(EXPORTERS)}")
-    family = task_family(trained.cfg)
-    names, outputs = input_names(trained), output_names(family)
-    graph = OnnxGraph(trained.module).eval()
+    task = task_export(trained)
+    names, outputs = input_names(trained, task), list(task.output_names)
+    graph = task.onnx_graph().eval()
     kwargs = {n: example[n] if n in example else torch.zeros_like(example["input_ids"]) for n in names}
     large = sum(p.numel() * p.element_size() for p in graph.parameters()) > 1_800_000_000  # ONNX protobufs stop at 2 GB
     with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
@@ -119,7 +89,7 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
                 **({"opset_version": opset} if opset else {}),
             )
         else:
-            out_axes = {0: "batch"} if family == "sequence_classification" else {0: "batch", 1: "length"}
+            out_axes = {0: "batch", 1: "length"} if task.per_token_outputs else {0: "batch"}
             torch.onnx.export(
                 graph, (), str(path), kwargs=kwargs, input_names=names, output_names=outputs, dynamo=False,
                 dynamic_axes={**{n: {0: "batch", 1: "length"} for n in names}, **{o: out_axes for o in outputs}},
@@ -127,78 +97,24 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
             )
 
 
-def new_session(path: str | Path, threads: int | None = None, providers: Sequence[str] | None = None) -> Any:
-    """An onnxruntime session (``threads``: intra-op threads; None lets onnxruntime choose)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = int(threads)
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), sess_options=options, providers=list(providers or ["CPUExecutionProvider"]))
-
-
-_NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
-                "tensor(float)": np.float32}
-
-
-def session_feed(session: Any, batch: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """The session's inputs from a batch (``token_type_ids`` zeros where the graph wants them and the
-    batch has none, as transformers' encoders default them; other batch keys are left out)."""
-    feed = {}
-    for arg in session.get_inputs():
-        if arg.name in batch:
-            value = batch[arg.name]
-        elif arg.name == "token_type_ids":
-            value = torch.zeros_like(batch["input_ids"])
-        else:
-            raise ConfigError(f"the ONNX graph needs the input {arg.name!r}, which the batch does not have "
-                              f"(it has {', '.join(batch)})")
-        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-        feed[arg.name] = array.astype(_NUMPY_TYPES.get(arg.type, array.dtype), copy=False)
-    return feed
-
-
-def run_session(session: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """The graph's outputs on ``batch`` as float32 CPU tensors, in output order."""
-    return tuple(torch.from_numpy(np.asarray(o, dtype=np.float32)) for o in session.run(None, session_feed(session, batch)))
-
-
-def compare(family: str, reference: tuple[torch.Tensor, ...], other: tuple[torch.Tensor, ...],
-            batch: dict[str, torch.Tensor]) -> tuple[float, float]:
-    """``(max |reference - other|, max |reference|)`` over the positions that carry a value (real
-    tokens; for QA the unmasked ones, which must be masked in both)."""
+def compare(task: TaskExport, reference: tuple[torch.Tensor, ...], other: tuple[torch.Tensor, ...],
+            batch: Mapping[str, torch.Tensor]) -> tuple[float, float]:
+    """``(max |reference - other|, max |reference|)`` over the positions that carry a value
+    (``TaskExport.compared_positions``: every logit of a classifier, real tokens of a tagger, QA's
+    unmasked ones); where those positions differ between the two (QA: masked in one, not the other)
+    the difference is infinite."""
     diff, scale = 0.0, 0.0
     for ref, got in zip(reference, other, strict=True):
         ref, got = ref.float(), got.float()
         if ref.shape != got.shape:
             raise RuntimeError(f"the ONNX graph gave shape {list(got.shape)} where PyTorch gives {list(ref.shape)}")
-        if family == "question_answering":
-            keep = ~is_masked(ref)
-            if not torch.equal(keep, ~is_masked(got)):
-                return float("inf"), 0.0
-        elif family == "token_classification":
-            keep = batch["attention_mask"].bool().unsqueeze(-1).expand_as(ref)
-        else:
-            keep = torch.ones_like(ref, dtype=torch.bool)
+        keep = task.compared_positions(ref, batch)
+        if not torch.equal(keep, task.compared_positions(got, batch)):
+            return float("inf"), 0.0
         if keep.any():
             diff = max(diff, float((ref[keep] - got[keep]).abs().max()))
             scale = max(scale, float(ref[keep].abs().max()))
     return diff, scale
-
-
-def predictions(family: str, outputs: tuple[torch.Tensor, ...], batch: dict[str, torch.Tensor],
-                thresholds: torch.Tensor | None = None) -> torch.Tensor:
-    """What a prediction is made of, per row (for int8 agreement): the class (multi-label: the labels
-    whose probability reaches their threshold), each real token's tag, or the best start and end."""
-    if family == "sequence_classification":
-        if thresholds is not None:
-            return torch.sigmoid(outputs[0]) >= thresholds
-        return outputs[0].argmax(-1)
-    if family == "token_classification":
-        tags = outputs[0].argmax(-1)
-        return tags[batch["attention_mask"].bool()]
-    return torch.stack([outputs[0].argmax(-1), outputs[1].argmax(-1)], dim=-1)
 
 
 def quantize_int8(source: Path, target: Path, large: bool = False) -> dict[str, int]:
@@ -228,13 +144,6 @@ def quantize_int8(source: Path, target: Path, large: bool = False) -> dict[str, 
         shutil.rmtree(scratch, ignore_errors=True)
     ops = [node.op_type for node in onnx.load(str(target), load_external_data=False).graph.node]
     return {"MatMulInteger": ops.count("MatMulInteger"), "DynamicQuantizeLinear": ops.count("DynamicQuantizeLinear")}
-
-
-def save_crf(module: nn.Module, path: Path) -> None:
-    from safetensors.torch import save_file
-
-    crf = module.head.crf
-    save_file({name: getattr(crf, name).detach().float().contiguous().clone() for name in CRF_PARAMETERS}, str(path))
 
 
 def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, exporter: str = "dynamo",
@@ -270,19 +179,14 @@ def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, expo
     if is_quantized(trained.cfg):
         raise ConfigError("--format onnx: this run's weights are torch dynamic-int8 (sesame-compress quantize), which "
                           "ONNX does not take. Fix: export the float run it was made from, with --int8 for an int8 graph")
-    family = task_family(trained.cfg)
     module = trained.module.eval()
+    task = task_export(trained)
     tokenizer = trained.tokenizer()
-    max_length = int(trained.cfg["data"]["max_seq_length"])
-    pairs = is_pair_task(module)
-    example = probe_batch(family, tokenizer, EXAMPLE_ROWS, max_length, pairs=pairs)
-    checks = [probe_batch(family, tokenizer, rows, max_length, pairs=pairs) for rows in CHECK_ROWS]
-    regression = family == "sequence_classification" and getattr(module, "label_names", ()) is None
-    thresholds = decision_thresholds(module) if family == "sequence_classification" else None
-    threshold_tensor = torch.tensor(list(thresholds.values())) if thresholds else None
+    example = task.probe_batch(tokenizer, EXAMPLE_ROWS)
+    checks = [task.probe_batch(tokenizer, rows) for rows in CHECK_ROWS]
     report: dict[str, Any] = {
         "format": "onnx", "output": str(Path(output).expanduser()), "checkpoint": str(trained.checkpoint),
-        "exporter": exporter, "inputs": input_names(trained), "outputs": output_names(family),
+        "exporter": exporter, "inputs": input_names(trained, task), "outputs": list(task.output_names),
     }
     with staged_folder(output) as folder:
         export_graph(trained, folder / MODEL_FILE, example, exporter=exporter, opset=opset)
@@ -299,7 +203,7 @@ def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, expo
             with torch.inference_mode():
                 reference = tuple(o.float() for o in as_tuple(module(batch)))
             references.append(reference)
-            diff, scale = compare(family, reference, run_session(session, batch), batch)
+            diff, scale = compare(task, reference, run_session(session, batch), batch)
             if not diff <= TOLERANCE * max(1.0, scale):
                 raise RuntimeError(f"the ONNX graph's outputs differ from PyTorch's by {diff:.3g} on a batch of "
                                    f"{list(batch['input_ids'].shape)}: the export is wrong")
@@ -310,27 +214,23 @@ def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, expo
         if int8:
             report["int8_nodes"] = quantize_int8(folder / MODEL_FILE, folder / INT8_FILE, large=large)
             quantized = new_session(folder / INT8_FILE, threads=threads)
-            diff8, same, total = 0.0, 0, 0
+            diff8, same, total, decided = 0.0, 0, 0, False
             for batch, reference in zip(checks, references):
                 got = run_session(quantized, batch)
-                diff8 = max(diff8, compare(family, reference, got, batch)[0])
-                if not regression:
-                    agree = (predictions(family, reference, batch, threshold_tensor)
-                             == predictions(family, got, batch, threshold_tensor))
+                diff8 = max(diff8, compare(task, reference, got, batch)[0])
+                ours, theirs = task.predictions(reference, batch), task.predictions(got, batch)
+                if ours is not None and theirs is not None:  # None: scores, not decisions (regression)
+                    agree = ours == theirs
                     same, total = same + int(agree.all(-1).sum() if agree.ndim > 1 else agree.sum()), total + len(agree)
+                    decided = True
             report["int8_max_abs_diff"] = diff8
-            report["int8_agreement"] = None if regression else same / max(total, 1)
+            report["int8_agreement"] = same / max(total, 1) if decided else None
             files += sorted(p.name for p in folder.iterdir() if p.name.startswith(INT8_FILE))
         tokenizer.save_pretrained(folder)
         (folder / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.create(trained.cfg)), encoding="utf-8")
         files.append(CONFIG_FILE)
-        if family == "token_classification" and module.head.crf is not None:
-            save_crf(module, folder / CRF_FILE)
-            files.append(CRF_FILE)
-        if thresholds is not None:  # multi-label: the decisions tuned in training (OnnxRunner.label_thresholds)
-            (folder / THRESHOLDS_FILE).write_text(json.dumps(thresholds, indent=2) + "\n", encoding="utf-8")
-            report["decision_thresholds"] = thresholds
-            files.append(THRESHOLDS_FILE)
+        files += task.write_files(folder)  # a CRF's scores, multi-label thresholds: what OnnxRunner reads back
+        report.update(task.report_entries())
         report["files"] = files
         (folder / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         write_model_card(folder, trained, report, command=command)

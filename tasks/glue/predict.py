@@ -27,6 +27,12 @@ from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.inference.predictor import ModelRunner, Predictor, string_field
 
 
+def encode_texts(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int) -> Any:
+    """Texts (with their pairs as segment B, for a pair task) tokenised as training tokenises them
+    (``tasks/glue/data.py``): truncated to ``max_length`` tokens, not padded."""
+    return tokenizer(list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length)
+
+
 class ClassificationPredictor(Predictor):
     """Labels and probabilities (or regression scores) of texts and text pairs."""
 
@@ -64,7 +70,7 @@ class ClassificationPredictor(Predictor):
     def predict_prepared(self, items: Sequence[tuple[str, str | None]]) -> list[dict[str, Any]]:
         texts = [t for t, _ in items]
         pairs = [p for _, p in items] if self.pairs else None
-        enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.max_seq_length)
+        enc = encode_texts(self.tokenizer, texts, pairs, self.max_seq_length)
         keys = [k for k in ENCODER_INPUT_KEYS if k in enc]
         features = [{k: enc[k][i] for k in keys} for i in range(len(items))]
         outputs: list[dict[str, Any]] = [{} for _ in items]

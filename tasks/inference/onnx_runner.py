@@ -3,19 +3,21 @@
 :class:`OnnxRunner` is ``tasks/inference/predictor.py``'s ``ModelRunner`` on onnxruntime::
 
     runner = OnnxRunner.from_folder("exports/sst2-onnx", {"head.n_best_size": 5}, int8=False, threads=4)
-    runner.cfg["task"]["name"]          # the trained config (sesame_config.yaml), overrides applied
+    runner.cfg                          # the trained config (sesame_config.yaml), overrides applied
+    runner.settings.data.max_seq_length # its typed view (RunSettings): read settings there
     tokenizer = runner.tokenizer()      # the tokenizer saved in the folder
     logits = runner(batch)              # what the sesame module's forward(batch) returns, float32 CPU
     tags = runner.decode_tags(logits, batch["word_index"] >= 0)   # NER: argmax or CRF Viterbi
 
 Overrides apply as on a trained run (``tasks/saved/trained_overrides.py``): ``head.*`` (decoding) and
 ``data.*`` (how inputs are windowed) settings; of ``encoder.*`` only ``encoder.tokenizer``, since the
-graph holds the encoder's weights.
+graph holds the encoder's weights. What is the task's (how the graph's outputs make the module's,
+the files the export wrote next to the graph: a CRF's scores, decision thresholds) the task's
+``TaskExport`` does (``tasks/base/export.py``; ``task.export`` of the config), built from the settings.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,12 @@ import torch
 from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerFast
 
-from sesame.heads.tagger import TokenTaggerHead
+from sesame.tasks.base.export import TaskExport
+from sesame.tasks.base.run_settings import RunSettings, task_class
 from sesame.tasks.encoders.encoder import load_tokenizer
 from sesame.tasks.core.errors import ConfigError, MissingFileError
-from sesame.tasks.export import task_family
-from sesame.tasks.export.onnx import (CONFIG_FILE, CRF_FILE, CRF_PARAMETERS, INT8_FILE, MODEL_FILE, THRESHOLDS_FILE,
-                                      new_session, run_session)
+from sesame.tasks.inference.onnx_session import CONFIG_FILE, INT8_FILE, MODEL_FILE, new_session, run_session
+from sesame.tasks.saved.config_upgrade import with_added_settings
 from sesame.tasks.saved.trained_overrides import apply_overrides
 
 
@@ -38,7 +40,7 @@ class OnnxRunner:
 
     Args:
         folder: the export folder.
-        cfg: the trained config with overrides applied.
+        cfg: the trained config with overrides applied (``settings`` is its typed view).
         session: the onnxruntime session of ``model.onnx`` or ``model.int8.onnx``.
         tokenizer_source: where :meth:`tokenizer` loads from (the folder, or ``encoder.tokenizer``).
     """
@@ -46,13 +48,14 @@ class OnnxRunner:
     def __init__(self, folder: Path, cfg: dict[str, Any], session: Any, tokenizer_source: str | None = None) -> None:
         self.folder = Path(folder)
         self.cfg = cfg
+        self.settings = RunSettings.from_config(cfg)
+        #: The task's side of the export (``tasks/base/export.py``), from the settings alone.
+        self.task_export: TaskExport = task_class(self.settings.task, "export")(self.settings)
         self.session = session
-        self.family = task_family(cfg)
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
         self.tokenizer_source = tokenizer_source or str(self.folder)
         self._tokenizer: PreTrainedTokenizerFast | None = None
-        self._head: TokenTaggerHead | None = None
 
     @classmethod
     def from_folder(cls, folder: str | Path, overrides: Mapping[str, Any] | None = None, *, int8: bool = False,
@@ -73,7 +76,8 @@ class OnnxRunner:
             raise MissingFileError(f"{folder}: no {model.name}{hint}; is it a sesame-export --format onnx folder?")
         if not (folder / CONFIG_FILE).is_file():
             raise MissingFileError(f"{folder}: no {CONFIG_FILE} (the trained config every sesame ONNX export holds)")
-        cfg = OmegaConf.to_container(OmegaConf.load(folder / CONFIG_FILE), resolve=True)
+        # An export written before a setting existed gets it as a run folder's checkpoint does (config_upgrade).
+        cfg = with_added_settings(OmegaConf.to_container(OmegaConf.load(folder / CONFIG_FILE), resolve=True))
         overrides = dict(overrides or {})
         fixed = [k for k in overrides if k.startswith("encoder.") and k != "encoder.tokenizer"]
         if fixed:
@@ -97,47 +101,15 @@ class OnnxRunner:
     def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """The module's ``forward(batch)``: logits [B, C] / [B, T, C], or QA ``(start, end)`` [B, T] each,
         masked outside the context as ``SpanPointerHead`` masks them. Other batch keys are ignored."""
-        outputs = run_session(self.session, batch)
-        return outputs if self.family == "question_answering" else outputs[0]
+        return self.task_export.forward_output(run_session(self.session, batch))
 
     def label_thresholds(self) -> torch.Tensor | None:
         """Multi-label classification: the per-label decision thresholds [C] on the sigmoid
         probabilities, as the trained module's ``thresholds`` (``thresholds.json``); else None."""
-        path = self.folder / THRESHOLDS_FILE
-        if self.family != "sequence_classification" or not path.is_file():
-            return None
-        by_label = json.loads(path.read_text(encoding="utf-8"))
-        return torch.tensor([float(by_label[str(n)]) for n in self.cfg["data"]["label_names"]], dtype=torch.float32)
+        return self.task_export.label_thresholds(self.folder)
 
     def decode_tags(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """NER: tag ids [B, T] at the positions of ``mask`` (-100 elsewhere): argmax, or the CRF's
-        Viterbi with the trained transition scores (``heads/tagger.py``'s ``TokenTaggerHead.decode``)."""
-        if self.family != "token_classification":
-            raise ConfigError(f"{self.folder} is a {self.cfg['task']['name']} model: it has no tag decoding")
-        with torch.inference_mode():
-            return self._tag_head().decode(logits.float(), mask)
-
-    def _tag_head(self) -> TokenTaggerHead:
-        """sesame's tagging head for decoding: no classifier of its own (the graph has it), the CRF's
-        trained scores from ``crf.safetensors``, its BIO constraints from the (overridden) config."""
-        if self._head is None:
-            tags = [str(t) for t in self.cfg["data"]["tag_names"]]
-            head_cfg = self.cfg["head"]
-            crf = bool(head_cfg.get("crf"))
-            head = TokenTaggerHead(1, len(tags), dropout=0.0, crf=crf, tag_names=tags,
-                                   constrain_bio=bool(head_cfg.get("constrain_bio", True)))
-            if crf:
-                path = self.folder / CRF_FILE
-                if not path.is_file():
-                    raise MissingFileError(f"{self.folder}: head.crf=true but no {CRF_FILE} (the CRF's transition scores)")
-                from safetensors.torch import load_file
-
-                scores = load_file(str(path))
-                absent = [n for n in CRF_PARAMETERS if n not in scores]
-                if absent:
-                    raise MissingFileError(f"{path}: no {', '.join(absent)}")
-                with torch.no_grad():
-                    for name in CRF_PARAMETERS:
-                        getattr(head.crf, name).copy_(scores[name])
-            self._head = head.eval()
-        return self._head
+        Viterbi with the trained transition scores (``heads/tagger.py``'s ``TokenTaggerHead.decode``,
+        the scores from ``crf.safetensors``); a :class:`ConfigError` for a model of another task."""
+        return self.task_export.decode_tags(self.folder, logits, mask)

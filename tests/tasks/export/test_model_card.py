@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sesame.tasks.export.hf import export_hf
-from sesame.tasks.export.model_card import EXAMPLE_INPUTS
+from sesame.tasks.qa.export import QuestionAnsweringExport
 from sesame.tasks.runs.runner import train
 from tests.conftest import require
 
@@ -47,7 +47,7 @@ def test_every_snippet_of_a_hugging_face_card_runs(trained_run, tmp_path: Path, 
     outputs = run_snippets(folder)
     if name == "qa":  # the answer is a span of the example's context
         answer = outputs[0].strip()
-        assert answer and answer in EXAMPLE_INPUTS["question_answering"]["context"]
+        assert answer and answer in QuestionAnsweringExport.example["context"]
 
 
 def test_every_snippet_of_an_onnx_card_runs(trained_run, tmp_path: Path) -> None:

@@ -42,10 +42,11 @@ def exported(loaded, tmp_path_factory):
     return get
 
 
-def _masked_equal(family: str, ref: torch.Tensor, got: torch.Tensor, batch: dict) -> float:
+def _masked_equal(trained, ref: torch.Tensor, got: torch.Tensor, batch: dict) -> float:
+    from sesame.tasks.export import task_export
     from sesame.tasks.export.onnx import compare
 
-    diff, _ = compare(family, (ref,), (got,), batch)
+    diff, _ = compare(task_export(trained), (ref,), (got,), batch)
     return diff
 
 
@@ -81,11 +82,11 @@ def test_onnxruntime_gives_pytorch_outputs_and_the_runner_is_a_model_runner(load
         quantized = int8(inputs)
         if family == "question_answering":
             assert isinstance(onnx, tuple) and len(onnx) == 2 and all(o.dtype == torch.float32 for o in onnx)
-            worst = max(worst, *(_masked_equal(family, r, g, batch) for r, g in zip(ours, onnx)))
+            worst = max(worst, *(_masked_equal(trained, r, g, batch) for r, g in zip(ours, onnx)))
             agree = (ours[0].argmax(-1) == quantized[0].argmax(-1)) & (ours[1].argmax(-1) == quantized[1].argmax(-1))
         else:
             assert isinstance(onnx, torch.Tensor) and onnx.dtype == torch.float32 and onnx.shape == ours.shape
-            worst = max(worst, _masked_equal(family, ours, onnx, batch))
+            worst = max(worst, _masked_equal(trained, ours, onnx, batch))
             if family == "token_classification":
                 words = batch["word_index"] >= 0
                 tags = torch_runner.decode_tags(ours, words)
@@ -109,7 +110,7 @@ def test_the_crf_runner_decodes_with_the_trained_transitions(loaded, exported):
     folder, report = exported("ner_crf")
     assert "crf.safetensors" in report["files"]
     runner = OnnxRunner.from_folder(folder)
-    crf = runner._tag_head().crf
+    crf = runner.task_export.tag_head(runner.folder).crf
     trained_crf = loaded("ner_crf").module.head.crf
     for name in ("start_transitions", "end_transitions", "transitions", "allowed_transitions", "allowed_start"):
         assert torch.equal(getattr(crf, name), getattr(trained_crf, name)), name

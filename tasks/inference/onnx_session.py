@@ -1,0 +1,61 @@
+"""onnxruntime sessions of a ``sesame-export --format onnx`` folder, and the folder's file names.
+
+Shared by the export (``tasks/export/onnx.py``, which writes and checks the graph) and the runner
+(``tasks/inference/onnx_runner.py``, which runs it for ``sesame-predict``). onnxruntime is imported
+only when a session is made (it is the ``[export]`` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sesame.tasks.core.errors import ConfigError
+
+#: The float graph.
+MODEL_FILE = "model.onnx"
+#: onnxruntime's dynamic int8 quantisation of the graph (``--int8``).
+INT8_FILE = "model.int8.onnx"
+#: The trained config (task, labels, data and head settings) the runner reads.
+CONFIG_FILE = "sesame_config.yaml"
+
+
+def new_session(path: str | Path, threads: int | None = None, providers: Sequence[str] | None = None) -> Any:
+    """An onnxruntime session (``threads``: intra-op threads; None lets onnxruntime choose)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), sess_options=options, providers=list(providers or ["CPUExecutionProvider"]))
+
+
+_NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+                "tensor(float)": np.float32}
+
+
+def session_feed(session: Any, batch: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The session's inputs from a batch (``token_type_ids`` zeros where the graph wants them and the
+    batch has none, as transformers' encoders default them; other batch keys are left out)."""
+    feed = {}
+    for arg in session.get_inputs():
+        if arg.name in batch:
+            value = batch[arg.name]
+        elif arg.name == "token_type_ids":
+            value = torch.zeros_like(batch["input_ids"])
+        else:
+            raise ConfigError(f"the ONNX graph needs the input {arg.name!r}, which the batch does not have "
+                              f"(it has {', '.join(batch)})")
+        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        feed[arg.name] = array.astype(_NUMPY_TYPES.get(arg.type, array.dtype), copy=False)
+    return feed
+
+
+def run_session(session: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The graph's outputs on ``batch`` as float32 CPU tensors, in output order."""
+    return tuple(torch.from_numpy(np.asarray(o, dtype=np.float32)) for o in session.run(None, session_feed(session, batch)))
