@@ -4,22 +4,26 @@
 (``tasks/saved/checkpoints.py`` ``TrainedModel.settings``), an ONNX export
 (``tasks/inference/onnx_runner.py``), predictions and the model card all read a config through. The
 task's own blocks (``cfg.data``, ``cfg.head``) are read by the classes its ``conf/task/*.yaml`` names
-(``task.data_settings``, ``task.head_settings``), so nothing generic knows a task's keys. Defaults
-live in ``conf/`` only: a trained config lacking a key sesame added later gets it there
-(``tasks/saved/config_upgrade.py``) before it is read here.
+(``task.data_settings``, ``task.head_settings``), so nothing generic knows a task's keys. The
+``trainer`` block is :class:`TrainerSettings`: sesame's own keys typed, every other key checked
+against ``lightning.Trainer``'s arguments. Defaults live in ``conf/`` only: a trained config lacking a
+key sesame added later gets it there (``tasks/saved/config_upgrade.py``) before it is read here.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from hydra.utils import get_class
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.core.settings import Settings, plain
 from sesame.tasks.encoders.encoder import EncoderSettings
 from sesame.tasks.encoders.finetune import FinetuneSettings
 from sesame.tasks.inputs.data_settings import DataSettings
@@ -65,11 +69,108 @@ def task_class(task: TaskSettings, role: str) -> type:
 
 
 @dataclass(frozen=True)
+class EarlyStoppingSettings(Settings):
+    """``cfg.trainer.early_stopping`` (``conf/trainer/default.yaml``; ``tasks/runs/early_stopping.py``);
+    not passed to ``lightning.Trainer``."""
+
+    group = "trainer.early_stopping"
+    patience: int | None  # validations without improvement before training stops; None: never stop early
+    min_delta: float      # an improvement of the main metric by this much or less counts as none
+
+    def __post_init__(self) -> None:
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"trainer.early_stopping.patience={self.patience}: use a positive number "
+                              "(validations without improvement), or null to train all trainer.max_epochs")
+        if self.min_delta < 0:
+            raise ConfigError(f"trainer.early_stopping.min_delta={self.min_delta}: use 0 or a positive number")
+
+    @property
+    def enabled(self) -> bool:
+        return self.patience is not None
+
+
+#: Trainer arguments sesame sets itself, and why: a ``trainer.<key>`` for them is refused, not replaced.
+OWN_TRAINER_ARGS = {
+    "default_root_dir": "the run folder is hydra.run.dir",
+    "callbacks": "sesame's checkpoints, resume and stopping callbacks",
+    "logger": "the logger group (logger=csv|tensorboard|mlflow|wandb)",
+    "plugins": "atomic, data-only checkpoint files",
+    "use_distributed_sampler": "sesame's samplers shard themselves across DDP ranks (tasks/inputs/batching.py), "
+                               "so Lightning's wrapper stays off",
+}
+
+
+def lightning_trainer_args() -> set[str]:
+    """The keyword arguments of ``lightning.Trainer`` that a config may set (all but those sesame sets)."""
+    import lightning as L  # only to read its signature
+
+    return set(inspect.signature(L.Trainer.__init__).parameters) - {"self", *OWN_TRAINER_ARGS}
+
+
+def check_trainer_keys(kwargs: Mapping[str, Any]) -> None:
+    """Every ``trainer.*`` key (beside sesame's own, :class:`TrainerSettings`) must be a ``lightning.Trainer``
+    argument sesame leaves to the config: a misspelt one names itself and its closest match, one that
+    sesame sets says why, instead of failing inside Lightning or being silently replaced."""
+    accepted = lightning_trainer_args()
+    for key in kwargs:
+        if key in OWN_TRAINER_ARGS:
+            raise ConfigError(f"trainer.{key}: sesame sets it itself ({OWN_TRAINER_ARGS[key]}). Fix: drop the setting")
+        if key not in accepted:
+            close = difflib.get_close_matches(key, sorted(accepted), n=1)
+            hint = f"did you mean trainer.{close[0]}? " if close else ""
+            raise ConfigError(f"trainer.{key} is not a lightning.Trainer argument that sesame passes on. Fix: {hint}"
+                              "see `sesame-train --cfg job` for the trainer block and Lightning's Trainer documentation")
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """``cfg.trainer`` (``conf/trainer/*.yaml``): sesame's own keys, typed, and the arguments it passes to
+    ``lightning.Trainer`` unchanged (``lightning``), each checked to be one of its arguments that sesame
+    leaves to the config (:func:`check_trainer_keys`: a misspelt key is a :class:`ConfigError` naming
+    the closest argument).
+
+    A trainer block written before ``early_stopping`` / ``compile`` existed (an older run's) has them
+    off: ``early_stopping`` None, ``compile`` false.
+    """
+
+    group: ClassVar[str] = "trainer"
+    #: sesame's own keys: read here, never passed to Lightning.
+    OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile")
+    early_stopping: EarlyStoppingSettings | None  # tasks/runs/early_stopping.py
+    compile: bool  # torch.compile the encoder (tasks/runs/compilation.py)
+    lightning: Mapping[str, Any]  # every other key: lightning.Trainer's keyword arguments, as given
+
+    @classmethod
+    def from_config(cls, block: Mapping[str, Any] | DictConfig | None) -> TrainerSettings:
+        raw = plain(block) if block is not None else {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"trainer: expected a block of settings, got {raw!r}")
+        kwargs = dict(raw)
+        stopping = kwargs.pop("early_stopping", None)
+        compile_encoder = bool(kwargs.pop("compile", False))
+        check_trainer_keys(kwargs)
+        return cls(
+            early_stopping=EarlyStoppingSettings.from_config(stopping) if stopping is not None else None,
+            compile=compile_encoder,
+            lightning=MappingProxyType(kwargs),
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A ``lightning.Trainer`` argument as the config gives it (``default`` where it is not set)."""
+        return self.lightning.get(key, default)
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments for ``lightning.Trainer`` (a copy)."""
+        return dict(self.lightning)
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """Every block of a run config, typed (see the module doc).
 
-    ``data`` and ``head`` are instances of the classes the task names; ``seed`` and ``calibrate`` are
-    the config's top-level keys.
+    ``data`` and ``head`` are instances of the classes the task names; ``seed``, ``calibrate``,
+    ``resume`` and ``overwrite`` are the config's top-level keys (``conf/config.yaml``), ``model``
+    ``sesame-eval``'s (``conf/eval.yaml``: what to evaluate; None in other configs, or not set).
     """
 
     task: TaskSettings
@@ -78,8 +179,12 @@ class RunSettings:
     finetune: FinetuneSettings
     data: DataSettings
     head: Settings
+    trainer: TrainerSettings
     seed: int
     calibrate: bool
+    resume: bool | str | None  # true: this run folder's last checkpoint; a run folder or .ckpt; null: none
+    overwrite: bool
+    model: str | None = None  # sesame-eval only
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | DictConfig) -> RunSettings:
@@ -91,6 +196,18 @@ class RunSettings:
             finetune=FinetuneSettings.from_config(cfg["finetune"]),
             data=task_class(task, "data_settings").from_config(cfg["data"]),
             head=task_class(task, "head_settings").from_config(cfg["head"]),
+            trainer=TrainerSettings.from_config(cfg["trainer"]),
             seed=int(cfg["seed"]),
             calibrate=bool(cfg["calibrate"]),
+            resume=plain(cfg["resume"]),
+            overwrite=bool(cfg["overwrite"]),
+            model=_model(cfg),
         )
+
+
+def _model(cfg: Mapping[str, Any] | DictConfig) -> str | None:
+    """``cfg.model`` (``sesame-eval``): None where the config has none or leaves it unset (``???``)."""
+    if "model" not in cfg or (isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg, "model")):
+        return None
+    value = cfg["model"]
+    return None if value is None or value == "???" else str(value)

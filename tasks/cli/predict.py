@@ -140,6 +140,8 @@ def open_output(name: str | None) -> Iterator[IO[str]]:
 
 
 def run(args: argparse.Namespace) -> None:
+    import inspect
+
     from sesame.tasks.inference.predictor import Predictor, runner_for  # torch, transformers: not needed for --help
 
     if args.batch_size is not None and args.batch_size < 1:
@@ -154,12 +156,13 @@ def run(args: argparse.Namespace) -> None:
         readable_stdin()  # a closed stdin fails before the model loads
     runner = runner_for(args.model, parse_overrides(args.overrides), int8=args.int8)
     kwargs: dict[str, Any] = {"batch_size": args.batch_size}
-    if args.n_best:
-        task = runner.cfg["task"]["name"]
-        if not task.startswith("squad"):
-            raise ConfigError(f"--n-best applies to question answering models; {args.model} is a {task} model")
+    chosen = Predictor.class_of(runner)
+    if args.n_best:  # an option of the predictors that list n-best answers (question answering)
+        if "n_best" not in inspect.signature(chosen).parameters:
+            raise ConfigError(f"--n-best applies to question answering models; {args.model} is a "
+                              f"{runner.settings.task.name} model")
         kwargs["n_best"] = args.n_best
-    predictor = Predictor.from_runner(runner, **kwargs)
+    predictor = chosen(runner, **kwargs)
     with open_input(args.input) as (handle, source, path):
         show = args.progress if args.progress is not None else path is not None and sys.stderr.isatty()
         total = count_lines(path) if show and path is not None else None

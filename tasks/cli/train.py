@@ -27,6 +27,7 @@ register_resolvers()
 def _main(cfg: DictConfig) -> float | None:
     # Imported here, not at the top: torch, Lightning and transformers take seconds to import, and
     # --help, --cfg job and a bad override never need them.
+    from sesame.tasks.base.run_settings import TaskSettings
     from sesame.tasks.encoders.store import SHARED_ENCODERS
     from sesame.tasks.core.known_noise import lightning_lines_once
     from sesame.tasks.runs.runner import train
@@ -42,7 +43,7 @@ def _main(cfg: DictConfig) -> float | None:
     if is_main_process():
         print(f"run folder: {run_dir}")
     # The main metric is the job's return value: what Hydra's Optuna sweeper maximises.
-    return metrics.get(cfg.task.main_metric)
+    return metrics.get(TaskSettings.from_config(cfg.task).main_metric)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ by it, so evaluation, ``sesame-predict`` and ``sesame-export`` all use it.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -73,6 +74,9 @@ class SentenceClassificationModule(EncoderTaskModule):
             self.encoder.drop_pooler()  # its copy in the head is what trains
         num_labels = 1 if self.label_names is None else len(self.label_names)
         self.class_weights_setting = head.class_weights
+        #: ``head.class_weights=balanced`` once resolved from the training labels (:meth:`use_balanced_weights`):
+        #: the weights every checkpoint's config records instead of ``balanced``. None otherwise.
+        self.balanced_weights: tuple[float, ...] | None = None
         self.head = SequenceClassifierHead(
             self.pooling.output_size, num_labels, dropout=head.dropout, multi_label=self.multi_label,
             label_smoothing=self._checked_smoothing(head), class_weights=self._listed_weights(head),
@@ -119,8 +123,9 @@ class SentenceClassificationModule(EncoderTaskModule):
 
     def use_balanced_weights(self, counts: Sequence[int] | np.ndarray, num_examples: int) -> list[float]:
         """Set the ``balanced`` class weights for training labels counted ``counts`` [C] over
-        ``num_examples`` examples, and record them as ``head.class_weights`` in the config saved with
-        every checkpoint (a trained model then needs no training data to rebuild its loss)."""
+        ``num_examples`` examples, and keep them (``balanced_weights``) for the config saved with every
+        checkpoint, as its ``head.class_weights`` (:meth:`on_save_checkpoint`: a trained model then needs no
+        training data to rebuild its loss). The module's own config is left as it was given."""
         counts = np.asarray(counts, dtype=np.int64)
         names = self.label_names or []
         where = f"{self.cfg.data.get('train_file')} ({num_examples} examples)"
@@ -135,12 +140,22 @@ class SentenceClassificationModule(EncoderTaskModule):
                             f"{where}, so they have no negatives to balance. Fix: give head.class_weights as a list")
         weights = balanced_class_weights(torch.as_tensor(counts), int(num_examples), multi_label=self.multi_label).tolist()
         self.head.set_class_weights(weights)
-        self.hparams["cfg"]["head"]["class_weights"] = weights
-        self.cfg.head.class_weights = weights
+        self.balanced_weights = tuple(weights)
         kind = "positive weight per label" if self.multi_label else "class weights"
         log.info("head.class_weights=balanced over %d training examples (%s): %s", num_examples, kind,
                  ", ".join(f"{n}={w:.4g} ({c} examples)" for n, w, c in zip(names, weights, counts.tolist())))
         return weights
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The checkpoint's config records resolved ``balanced`` class weights as ``head.class_weights``
+        (a copy of the module's config; the module's own is not changed)."""
+        super().on_save_checkpoint(checkpoint)
+        if self.balanced_weights is None:
+            return
+        hyper = checkpoint["hyper_parameters"]
+        cfg = copy.deepcopy(hyper["cfg"])
+        cfg["head"]["class_weights"] = list(self.balanced_weights)
+        checkpoint["hyper_parameters"] = {**hyper, "cfg": cfg}
 
     @property
     def thresholds(self) -> torch.Tensor | None:

@@ -19,12 +19,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from hydra.utils import get_class
 
 from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.core.errors import ConfigError, DataError
-from sesame.tasks.inference.predictor import ModelRunner, Predictor, string_field
+from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, string_field
+from sesame.tasks.base.run_settings import task_class
 
 
 def encode_texts(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int) -> Any:
@@ -33,16 +33,16 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | No
     return tokenizer(list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length)
 
 
-class ClassificationPredictor(Predictor):
-    """Labels and probabilities (or regression scores) of texts and text pairs."""
+class ClassificationPredictor(TaskPredictor):
+    """Labels and probabilities (or regression scores) of texts and text pairs (``task=glue`` /
+    ``text_classification``)."""
 
-    task_names = ("glue", "text_classification")
     input_example = '{"text": "a gripping film"}'
 
     def __init__(self, runner: ModelRunner, **kwargs: Any) -> None:
         super().__init__(runner, **kwargs)
-        data_module = get_class(self.cfg["task"]["datamodule"])  # it reads the data settings as training did
-        spec = data_module.task_spec(data_module.settings_class.from_config(self.cfg["data"]))
+        # The task's data module knows how its data settings define the task, as in training.
+        spec = task_class(self.settings.task, "datamodule").task_spec(self.settings.data)
         self.label_names: list[str] | None = None if spec.is_regression else list(spec.labels or ())
         self.pairs = spec.text_b is not None
         self.multi_label = bool(getattr(spec, "multi_label", False))

@@ -58,7 +58,7 @@ from sesame.tasks.core.errors import DataError
 from sesame.tasks.core.graphemes import cluster_bounds
 from sesame.tasks.ner.metrics import get_entities
 from sesame.tasks.ner.windows import WindowTokenizer, stitch_words, tagging_collator
-from sesame.tasks.inference.predictor import ModelRunner, Predictor, finite, string_field
+from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, finite, string_field
 
 #: One grapheme cluster (``\X``) that begins with a letter, digit or underscore (not with a lone mark or
 #: an invisible joiner, which ``\w`` also matches).
@@ -114,18 +114,17 @@ class Sentence:
     offsets: np.ndarray  # [W, 2]
 
 
-class TaggingPredictor(Predictor):
-    """Tags and entities of raw text or of pre-split words."""
+class TaggingPredictor(TaskPredictor):
+    """Tags and entities of raw text or of pre-split words (``task=ner``)."""
 
-    task_names = ("ner",)
     input_example = '{"text": "Marie Curie lived in Paris."}'
 
     def __init__(self, runner: ModelRunner, **kwargs: Any) -> None:
         super().__init__(runner, **kwargs)
-        data = self.cfg["data"]
-        self.tag_names = np.asarray([str(n) for n in data["tag_names"]], dtype=object)
-        self.entity_mode = self.cfg["task"].get("entity_metric") or "conlleval"
-        self.windows = WindowTokenizer(self.tokenizer, self.max_seq_length, bool(data["label_all_subwords"]))
+        data = self.settings.data  # NerDataSettings: the trained model's tag set is in it
+        self.tag_names = np.asarray([str(n) for n in data.tag_names], dtype=object)
+        self.entity_mode = self.settings.task.entity_metric or "conlleval"
+        self.windows = WindowTokenizer(self.tokenizer, self.max_seq_length, data.label_all_subwords)
         self.collator = tagging_collator(self.tokenizer)
 
     def prepare(self, record: Mapping[str, Any], where: str) -> Sentence:

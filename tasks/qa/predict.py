@@ -31,7 +31,7 @@ import torch
 
 from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.core.errors import ConfigError, DataError
-from sesame.tasks.inference.predictor import ModelRunner, Predictor, finite, string_field
+from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, finite, string_field
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
 from sesame.tasks.qa.windows import check_question_lengths, encode_windows, window_collator
 
@@ -39,14 +39,14 @@ from sesame.tasks.qa.windows import check_question_lengths, encode_windows, wind
 MODEL_INPUTS = (*ENCODER_INPUT_KEYS, "context_mask")
 
 
-class QuestionAnsweringPredictor(Predictor):
-    """Answers (text, char offsets, score, probability; n-best on request) of questions about contexts.
+class QuestionAnsweringPredictor(TaskPredictor):
+    """Answers (text, char offsets, score, probability; n-best on request) of questions about contexts
+    (``task=squad_v1`` / ``squad_v2``).
 
     Args:
         n_best: how many n-best entries each output lists (0: none).
     """
 
-    task_names = ("squad_v1", "squad_v2")
     input_example = '{"question": "Who won?", "context": "Marie Curie won the prize.", "id": "q1"}'
 
     def __init__(self, runner: ModelRunner, *, n_best: int = 0, **kwargs: Any) -> None:
@@ -54,12 +54,12 @@ class QuestionAnsweringPredictor(Predictor):
         if n_best < 0:
             raise ConfigError(f"n_best={n_best}: use 0 (no n-best list) or more")
         self.n_best = int(n_best)
-        head, data = self.cfg["head"], self.cfg["data"]
-        self.version_2 = bool(data["version_2_with_negative"])
-        self.doc_stride = int(data["doc_stride"])
-        self.n_best_size = max(int(head["n_best_size"]), self.n_best)
-        self.max_answer_length = int(head["max_answer_length"])
-        self.threshold = float(head["null_score_diff_threshold"])
+        head, data = self.settings.head, self.settings.data  # SpanHeadSettings, SquadDataSettings
+        self.version_2 = data.version_2_with_negative
+        self.doc_stride = data.doc_stride
+        self.n_best_size = max(head.n_best_size, self.n_best)
+        self.max_answer_length = head.max_answer_length
+        self.threshold = head.null_score_diff_threshold
         if self.tokenizer.pad_token_id is None:
             raise ConfigError("the model's tokenizer has no pad token")
         self.collator = window_collator(self.tokenizer.pad_token_id)

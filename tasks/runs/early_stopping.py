@@ -1,4 +1,5 @@
-"""Early stopping on the task's main metric (``trainer.early_stopping`` in ``conf/trainer/default.yaml``).
+"""Early stopping on the task's main metric (``trainer.early_stopping`` in ``conf/trainer/default.yaml``,
+read by ``tasks/base/run_settings.py``'s ``EarlyStoppingSettings``, part of ``TrainerSettings``).
 
 Training stops once ``task.main_metric`` has not improved by more than ``min_delta`` for ``patience``
 validations in a row. The run then validates, tests and exports ``checkpoints/best.ckpt`` (the
@@ -12,34 +13,14 @@ again, unless ``patience`` was raised for the resumed run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
-from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.base.run_settings import EarlyStoppingSettings
 
-
-@dataclass(frozen=True)
-class EarlyStoppingSettings(Settings):
-    """``cfg.trainer.early_stopping`` (``conf/trainer/default.yaml``); not passed to ``lightning.Trainer``."""
-
-    group = "trainer.early_stopping"
-    patience: int | None  # validations without improvement before training stops; None: never stop early
-    min_delta: float      # an improvement of the main metric by this much or less counts as none
-
-    def __post_init__(self) -> None:
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError(f"trainer.early_stopping.patience={self.patience}: use a positive number "
-                              "(validations without improvement), or null to train all trainer.max_epochs")
-        if self.min_delta < 0:
-            raise ConfigError(f"trainer.early_stopping.min_delta={self.min_delta}: use 0 or a positive number")
-
-    @property
-    def enabled(self) -> bool:
-        return self.patience is not None
+__all__ = ["EarlyStoppingSettings", "MainMetricEarlyStopping", "early_stopping_callbacks"]
 
 
 class MainMetricEarlyStopping(EarlyStopping):

@@ -1,6 +1,6 @@
 """Evaluate a trained model: a sesame run folder or checkpoint, or a Hugging Face ``...For<Task>`` folder.
 
-``cfg.model`` names what to evaluate (``conf/eval.yaml``). The evaluation itself is the same
+``model`` names what to evaluate (``conf/eval.yaml``; ``RunSettings.model``). The evaluation itself is the same
 validate / test path a training run ends with (``tasks/base/task_module.py``).
 """
 
@@ -17,17 +17,13 @@ from sesame.tasks.saved.int8 import QUANTIZED_TRAINER, is_quantized
 from sesame.tasks.encoders.encoder import check_tokenizer_fits
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.known_noise import known_noise_silenced
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.runs.run_lock import holds_run_folder
 from sesame.tasks.runs.runner import build_datamodule, build_trainer, config_with_data, finish_run, flat_metrics
-from sesame.tasks.saved.trained_overrides import check_overridable, override_keys, select_overrides
+from sesame.tasks.saved.trained_overrides import TrainedOverrides, evaluation_data
 
 log = logging.getLogger(__name__)
-
-#: Data settings a trained model keeps whatever data it is evaluated on: they define its outputs.
-LABEL_KEYS = ("label_names", "tag_names", "multi_label", "label_separator", "regression", "metrics")
-#: Data settings that decide how a trained model's inputs are tokenised: the run's unless overridden by name.
-TOKENISATION_KEYS = ("max_seq_length", "doc_stride", "label_all_subwords")
 
 
 def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple[EncoderTaskModule | None, DictConfig]:
@@ -36,37 +32,27 @@ def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple
 
     ``overrides`` are the command line's (Hydra's ``key=value`` strings): for a trained sesame model,
     its own config is the base and the ``encoder.*`` / ``head.*`` settings named there are applied
-    over it (``tasks/saved/trained_overrides.py``); its data comes from this command.
+    over it; its data comes from this command, with the settings that define the model's outputs and
+    inputs kept (``tasks/saved/trained_overrides.py``: ``TrainedOverrides``, ``evaluation_data``).
     """
-    if OmegaConf.is_missing(cfg, "model") or cfg.get("model") is None:
+    settings = RunSettings.from_config(cfg)
+    if settings.model is None:
         raise ConfigError("sesame-eval needs model=<run folder | .ckpt | Hugging Face model folder> "
                           "(the key was called checkpoint= before)")
-    source = Path(str(cfg.model)).expanduser()
+    source = Path(settings.model).expanduser()
     if is_hf_model_folder(source):
         return None, OmegaConf.merge(cfg, {"encoder": {"name_or_path": str(source)}})
-    keys = override_keys(overrides)
-    check_overridable(keys, source)
-    model_overrides = {k: v for k, v in select_overrides(cfg, keys).items() if not k.startswith("data.")}
-    trained = load_trained(source, overrides=model_overrides)
-    if trained.cfg["task"]["name"] != cfg.task.name:
-        raise ConfigError(f"{trained.checkpoint} was trained for task={trained.cfg['task']['name']}, not "
-                          f"task={cfg.task.name}. Fix: pass task={trained.cfg['task']['name']}")
+    named = TrainedOverrides.of_command(cfg, overrides, source)
+    trained = load_trained(source, overrides=named)
+    task = trained.settings.task.name
+    if task != settings.task.name:
+        raise ConfigError(f"{trained.checkpoint} was trained for task={task}, not task={settings.task.name}. "
+                          f"Fix: pass task={task}")
     # The trained model's settings; this command's data files and trainer; never the training file.
-    # What defines its outputs too: the label / tag set (GLUE label_names, NER tag_names; QA data has
-    # neither), and for tables the kind of task and its metrics (the main metric is one of them).
-    trained_data = trained.cfg["data"]
-    labels = {k: trained_data[k] for k in LABEL_KEYS if k in trained_data}
-    # How the model's inputs are cut is the run's too, unless this command sets it on purpose.
-    tokenisation = {}
-    for key in TOKENISATION_KEYS:
-        if key not in trained_data or key not in cfg.data:
-            continue
-        if f"data.{key}" in keys:
-            log.info("data.%s=%s, as this command sets it (the model was trained with %s)", key, cfg.data[key], trained_data[key])
-        else:
-            tokenisation[key] = trained_data[key]
-            log.info("data.%s=%s, the model's own", key, trained_data[key])
-    data = OmegaConf.merge(cfg.data, {"train_file": None, **labels, **tokenisation})
+    data, said = evaluation_data(trained.settings.data, settings.data, named)
+    for line in said:
+        log.info("%s", line)
+    data = OmegaConf.merge(cfg.data, data)
     # The encoder (and its tokenizer) load from where the trained model's did.
     encoder = {**trained.cfg["encoder"], "name_or_path": trained.encoder_folder, "tokenizer": trained.tokenizer_source}
     datamodule_cfg = OmegaConf.merge(trained.cfg, {"data": data, "trainer": cfg.trainer, "encoder": encoder,
@@ -79,7 +65,7 @@ def load_for_evaluation(cfg: DictConfig, overrides: Sequence[str] = ()) -> tuple
 @holds_run_folder
 @known_noise_silenced()
 def evaluate(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = ()) -> dict[str, float]:
-    """Validate / test the model ``cfg.model`` names; write metrics and predictions into ``run_dir``.
+    """Validate / test the model ``model=`` names; write metrics and predictions into ``run_dir``.
     ``overrides``: the command line's, see :func:`load_for_evaluation`."""
     module, cfg = load_for_evaluation(cfg, overrides)
     datamodule = build_datamodule(cfg)

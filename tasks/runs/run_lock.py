@@ -3,13 +3,15 @@ instead of mixing one run's config with the other's checkpoints and predictions;
 a folder that already holds a run (finished, or killed with a checkpoint) refuses unless told to
 ``resume`` or ``overwrite`` it. A refused run writes nothing there: Hydra's record of the job
 (``.hydra/``, written by Hydra before any code of sesame's runs where ``hydra.output_subdir`` is set) is
-written here, once the folder is held (:func:`write_hydra_record`)."""
+written here, once the folder is held (:func:`write_hydra_record`). What ``resume`` points at is
+:func:`resolve_resume`."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import json
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -18,15 +20,18 @@ from typing import Any, TypeVar
 
 from omegaconf import OmegaConf
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.atomic_files import write_text_atomic
 from sesame.tasks.core.distributed import is_main_process
-from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.errors import ConfigError, MissingFileError
+from sesame.tasks.saved.checkpoints import find_checkpoint
 
 LOCK_NAME = ".sesame.lock"
 HYDRA_RECORD = ".hydra"
 #: What an earlier run leaves in its folder beside its config.yaml: a finished one its metrics, a killed one its checkpoints.
 EARLIER_RUN = ("metrics.json", "checkpoints/last.ckpt", "checkpoints/best.ckpt")
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def _holder_alive(holder: dict) -> bool:
@@ -51,7 +56,8 @@ def holds_run_folder(run: Callable[..., T]) -> Callable[..., T]:
         run_dir.mkdir(parents=True, exist_ok=True)
         with run_folder_lock(run_dir):
             if is_main_process():
-                refuse_earlier_run(cfg, run_dir)
+                settings = RunSettings.from_config(cfg)
+                refuse_earlier_run(settings, run_dir)
                 write_hydra_record(cfg, run_dir)
             return run(cfg, run_dir, **kwargs)
 
@@ -97,14 +103,33 @@ def resume_asked(resume: Any) -> bool:
     return resume not in (None, False, "", "false", "False")
 
 
-def refuse_earlier_run(cfg: Any, run_dir: Path) -> None:
+def resolve_resume(resume: Any, run_dir: Path) -> str | None:
+    """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
+    if not resume_asked(resume):
+        return None
+    this_run = resume is True or str(resume).lower() == "true"
+    folder = run_dir if this_run else Path(str(resume))
+    if this_run and (run_dir / "config.yaml").is_file() and not (run_dir / "checkpoints" / "last.ckpt").is_file():
+        # A run here was killed before its first checkpoint: it has nothing to lose, so start it over.
+        log.warning("resume=true: %s has no checkpoint yet; starting the run from the beginning", run_dir)
+        return None
+    try:
+        return str(find_checkpoint(folder, names=("last.ckpt",), key="resume"))
+    except MissingFileError:
+        raise MissingFileError(
+            f"resume={resume!r}: no checkpoint at {folder / 'checkpoints' / 'last.ckpt'}. Pass a run folder that holds "
+            "checkpoints/last.ckpt, a .ckpt file, or run in that folder with hydra.run.dir=<run folder> resume=true"
+        ) from None
+
+
+def refuse_earlier_run(settings: RunSettings, run_dir: Path) -> None:
     """A folder holding another run's results is not written over by accident: ``resume`` continues that
     run, ``overwrite=true`` replaces it (its results are deleted first, so none of them survives beside the
     new run's), and anything else is refused before anything is written."""
     found = [name for name in EARLIER_RUN if (run_dir / name).is_file()]
-    if not found or not (run_dir / "config.yaml").is_file() or resume_asked(cfg.get("resume")):
+    if not found or not (run_dir / "config.yaml").is_file() or resume_asked(settings.resume):
         return
-    if not cfg.get("overwrite"):
+    if not settings.overwrite:
         raise ConfigError(
             f"{run_dir} already holds a run ({', '.join(found)}); it is left as it is. Fix: resume=true to continue "
             "it, a new folder (hydra.run.dir=...), or overwrite=true to replace it"

@@ -6,8 +6,6 @@ The console scripts compose the config and call :func:`train`; tests call it dir
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import json
 import logging
 import math
@@ -32,22 +30,22 @@ from sesame.tasks.runs.checkpoint_callbacks import (
     sigterm_stops_the_run,
 )
 from sesame.tasks.saved.checkpoint_files import load_checkpoint_file
-from sesame.tasks.saved.checkpoints import build_module, resolve_resume
+from sesame.tasks.saved.checkpoints import build_module
 from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
 from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.runs.compilation import CompileEncoder
 from sesame.tasks.runs.throughput import TrainingThroughput
-from sesame.tasks.runs.early_stopping import EarlyStoppingSettings, early_stopping_callbacks
+from sesame.tasks.runs.early_stopping import early_stopping_callbacks
 from sesame.tasks.encoders.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
 from sesame.tasks.encoders.store import ENCODER_FOLDER, has_weights, save_encoder_folder
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.inputs.feature_cache import CacheSettings, build_or_open
 from sesame.tasks.core.known_noise import known_noise_silenced
 from sesame.tasks.runs.loggers import LoggerSettings, build_loggers, progress_bar_callbacks
-from sesame.tasks.base.run_settings import TaskSettings
+from sesame.tasks.base.run_settings import RunSettings, TaskSettings, TrainerSettings
 from sesame.tasks.base.task_module import EncoderTaskModule
-from sesame.tasks.runs.run_lock import holds_run_folder
+from sesame.tasks.runs.run_lock import holds_run_folder, resolve_resume
 
 log = logging.getLogger(__name__)
 
@@ -68,26 +66,23 @@ def build_trainer(
     cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None,
     every_n_train_steps: int | None = None,
 ) -> L.Trainer:
-    """A ``lightning.Trainer`` with ``cfg.trainer``'s arguments (all but ``early_stopping`` and ``compile``), the run's
-    checkpoints (best by ``monitor``, the task's main metric; None without validation data), early
-    stopping on ``monitor`` when set, ``<run>/logs/metrics.csv`` plus the ``logger`` group's logger
-    (a config without one, e.g. an older run's: csv only), and a rich progress bar where it shows."""
-    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
-    stopping = kwargs.pop("early_stopping", None)  # a trainer block without one: off
-    compile_encoder = bool(kwargs.pop("compile", False))
-    check_trainer_keys(kwargs)
-    stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
+    """A ``lightning.Trainer`` with ``cfg.trainer``'s Lightning arguments (:class:`TrainerSettings`: all but
+    sesame's own ``early_stopping`` and ``compile``), the run's checkpoints (best by ``monitor``, the
+    task's main metric; None without validation data), early stopping on ``monitor`` when set,
+    ``<run>/logs/metrics.csv`` plus the ``logger`` group's logger (a config without one, e.g. an older
+    run's: csv only), and a rich progress bar where it shows."""
+    trainer = TrainerSettings.from_config(cfg.trainer)
     logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
     callbacks = [
         checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), TrainingThroughput(run_dir),
-        *early_stopping_callbacks(stopping, monitor), *(extra_callbacks or []), StopOnSigterm(run_dir),
-        *progress_bar_callbacks(kwargs.get("enable_progress_bar") is not False),
-        *([CompileEncoder()] if compile_encoder else []),
+        *early_stopping_callbacks(trainer.early_stopping, monitor), *(extra_callbacks or []), StopOnSigterm(run_dir),
+        *progress_bar_callbacks(trainer.get("enable_progress_bar") is not False),
+        *([CompileEncoder()] if trainer.compile else []),
     ]
     if every_n_train_steps:
         callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
     return L.Trainer(
-        **kwargs,
+        **trainer.trainer_kwargs(),
         default_root_dir=str(run_dir),
         callbacks=callbacks,
         logger=build_loggers(logger, run_dir),
@@ -96,32 +91,6 @@ def build_trainer(
         # wrapper would shuffle again and pad with repeats
         use_distributed_sampler=False,
     )
-
-
-#: Trainer arguments sesame sets itself, and why: a ``trainer.<key>`` for them is refused, not replaced.
-OWN_TRAINER_ARGS = {
-    "default_root_dir": "the run folder is hydra.run.dir",
-    "callbacks": "sesame's checkpoints, resume and stopping callbacks",
-    "logger": "the logger group (logger=csv|tensorboard|mlflow|wandb)",
-    "plugins": "atomic, data-only checkpoint files",
-    "use_distributed_sampler": "sesame's samplers shard themselves across DDP ranks (tasks/inputs/batching.py), "
-                               "so Lightning's wrapper stays off",
-}
-
-
-def check_trainer_keys(kwargs: dict[str, Any]) -> None:
-    """Every ``trainer.*`` key (beside ``early_stopping`` and ``compile``) must be a ``lightning.Trainer``
-    argument sesame leaves to the config: a misspelt one names itself and its closest match, one that
-    sesame sets says why, instead of failing inside Lightning or being silently replaced."""
-    accepted = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", *OWN_TRAINER_ARGS}
-    for key in kwargs:
-        if key in OWN_TRAINER_ARGS:
-            raise ConfigError(f"trainer.{key}: sesame sets it itself ({OWN_TRAINER_ARGS[key]}). Fix: drop the setting")
-        if key not in accepted:
-            close = difflib.get_close_matches(key, sorted(accepted), n=1)
-            hint = f"did you mean trainer.{close[0]}? " if close else ""
-            raise ConfigError(f"trainer.{key} is not a lightning.Trainer argument that sesame passes on. Fix: {hint}"
-                              "see `sesame-train --cfg job` for the trainer block and Lightning's Trainer documentation")
 
 
 class LastValidation(Callback):
@@ -204,7 +173,7 @@ def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path, s
     save_encoder_folder(module.encoder.model, tokenizer, folder, with_weights=with_weights, shared=shared)
 
 
-def check_validation_interval(trainer: DictConfig, datamodule: SplitDataModule) -> None:
+def check_validation_interval(trainer: TrainerSettings, datamodule: SplitDataModule) -> None:
     """``trainer.val_check_interval=N`` (batches) must fit in an epoch's training batches, which Lightning
     checks only once fit has started, as an internal-looking ValueError."""
     interval = trainer.get("val_check_interval")
@@ -223,7 +192,7 @@ def check_validation_interval(trainer: DictConfig, datamodule: SplitDataModule) 
             "across epochs")
 
 
-def check_trains(trainer: DictConfig) -> None:
+def check_trains(trainer: TrainerSettings) -> None:
     """A training run must train: ``trainer.max_epochs=0`` (without ``max_steps``) would only validate."""
     epochs, steps = trainer.get("max_epochs"), trainer.get("max_steps")
     if epochs is not None and epochs < 1 and not (steps is not None and steps > 0):
@@ -248,22 +217,22 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -
     ``shared_encoders``: a sweep's store of frozen encoder weights (``<sweep>/.encoders``), which the
     run's ``encoder/`` then hard-links instead of holding its own copy."""
     # Every block this command reads is checked before any data is read or weights are loaded.
+    settings = RunSettings.from_config(cfg)
     cache = CacheSettings.from_config(cfg.cache)
     periodic = CheckpointSettings.from_config(cfg.checkpoint)
     distill = DistillSettings.from_config(cfg.distill)
     if cfg.get("logger") is not None:
         LoggerSettings.from_config(cfg.logger)  # a missing logger package fails before any work
-    stopping = cfg.trainer.get("early_stopping")
-    stopping = EarlyStoppingSettings.from_config(stopping) if stopping is not None else None
-    resume_from = resolve_resume(cfg.get("resume"), run_dir)
-    check_trains(cfg.trainer)
-    if not cfg.data.get("validation_file"):  # settings that need the dev set, refused before any work
+    stopping = settings.trainer.early_stopping
+    resume_from = resolve_resume(settings.resume, run_dir)
+    check_trains(settings.trainer)
+    if not settings.data.validation_file:  # settings that need the dev set, refused before any work
         if stopping is not None and stopping.enabled:
             raise ConfigError("trainer.early_stopping.patience is set but the run has no validation data to stop on. "
                               "Fix: set data.validation_file, or trainer.early_stopping.patience=null")
-        if cfg.get("calibrate"):
+        if settings.calibrate:
             raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
-    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    L.seed_everything(settings.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     datamodule.setup("fit")
     if not datamodule.has_split("train"):
@@ -272,28 +241,28 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -
     if is_main_process():  # the other DDP ranks run this too: one writer
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     module = build_module(cfg)
-    if cfg.get("calibrate") and not getattr(module, "is_single_label", False):  # refused before any training
+    if settings.calibrate and not getattr(module, "is_single_label", False):  # refused before any training
         raise ConfigError(f"calibrate=true fits a softmax temperature: it applies to single-label classification, "
                           f"not to task={module.task.name} here. Fix: drop calibrate=true")
     check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
     if is_main_process():
         save_run_encoder(module, datamodule.tokenizer, run_dir, shared_encoders)
-    attach_feature_cache(cache, module, datamodule, progress=bool(cfg.trainer.get("enable_progress_bar", True)))
+    attach_feature_cache(cache, module, datamodule, progress=bool(settings.trainer.get("enable_progress_bar", True)))
     callbacks = attach_distiller(distill, module)
     has_validation = datamodule.has_split("validation")
     if has_validation:
-        check_validation_interval(cfg.trainer, datamodule)
+        check_validation_interval(settings.trainer, datamodule)
     trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
                             every_n_train_steps=periodic.every_n_train_steps)
     with sigterm_stops_the_run(run_dir):
-        metrics = fit_and_evaluate(cfg, trainer, module, datamodule, resume_from)
+        metrics = fit_and_evaluate(settings, trainer, module, datamodule, resume_from)
     finish_run(module, metrics, run_dir)
     return metrics
 
 
-def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskModule, datamodule: SplitDataModule,
-                     resume_from: str | None) -> dict[str, float]:
+def fit_and_evaluate(settings: RunSettings, trainer: L.Trainer, module: EncoderTaskModule,
+                     datamodule: SplitDataModule, resume_from: str | None) -> dict[str, float]:
     """Fit (resuming from ``resume_from``), then the best checkpoint's dev metrics (validated again unless the
     last validation already saw its weights), calibration and test metrics."""
     has_validation = datamodule.has_split("validation")
@@ -323,7 +292,7 @@ def fit_and_evaluate(cfg: DictConfig, trainer: L.Trainer, module: EncoderTaskMod
             log.info("best checkpoint = final weights, validated at step %d: not validating again", last.step)
         metrics.update(final)
     metrics.update(training_extent(trainer, eval_ckpt))
-    if cfg.get("calibrate"):
+    if settings.calibrate:
         metrics.update(calibrate_best(module, eval_ckpt))
     if datamodule.has_split("test"):
         metrics.update(flat_metrics(trainer.test(module, datamodule=datamodule, ckpt_path=eval_ckpt, verbose=False)))

@@ -7,7 +7,6 @@ resolved config the module was built from), found as a ``.ckpt`` file or inside 
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,11 +28,7 @@ from sesame.tasks.encoders.store import ENCODER_FOLDER, FROZEN_KEY, encoder_fold
 from sesame.tasks.core.errors import DataError, MissingFileError
 from sesame.tasks.base.run_settings import RunSettings, TaskSettings
 from sesame.tasks.base.task_module import EncoderTaskModule
-from sesame.tasks.runs.run_lock import resume_asked
-from sesame.tasks.saved.trained_overrides import apply_overrides
-
-log = logging.getLogger(__name__)
-
+from sesame.tasks.saved.trained_overrides import TrainedOverrides, apply_overrides
 
 def is_hf_model_folder(path: str | Path) -> bool:
     """A Hugging Face model folder (``config.json``), as opposed to a sesame run folder or .ckpt."""
@@ -53,25 +48,6 @@ def find_checkpoint(path: str | Path, names: Sequence[str] = ("best.ckpt", "last
             return path / "checkpoints" / name
     wanted = " or ".join(f"checkpoints/{n}" for n in names)
     raise MissingFileError(f"{key}={str(path)!r}: not a .ckpt file, nor a run folder holding {wanted}")
-
-
-def resolve_resume(resume: Any, run_dir: Path) -> str | None:
-    """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
-    if not resume_asked(resume):
-        return None
-    this_run = resume is True or str(resume).lower() == "true"
-    folder = run_dir if this_run else Path(str(resume))
-    if this_run and (run_dir / "config.yaml").is_file() and not (run_dir / "checkpoints" / "last.ckpt").is_file():
-        # A run here was killed before its first checkpoint: it has nothing to lose, so start it over.
-        log.warning("resume=true: %s has no checkpoint yet; starting the run from the beginning", run_dir)
-        return None
-    try:
-        return str(find_checkpoint(folder, names=("last.ckpt",), key="resume"))
-    except MissingFileError:
-        raise MissingFileError(
-            f"resume={resume!r}: no checkpoint at {folder / 'checkpoints' / 'last.ckpt'}. Pass a run folder that holds "
-            "checkpoints/last.ckpt, a .ckpt file, or run in that folder with hydra.run.dir=<run folder> resume=true"
-        ) from None
 
 
 def read_checkpoint(path: str | Path, key: str = "model") -> tuple[Path, dict[str, Any]]:
@@ -125,34 +101,37 @@ class TrainedModel:
         return load_tokenizer(self.tokenizer_source)
 
 
-def load_trained(path: str | Path, key: str = "model", overrides: Mapping[str, Any] | None = None) -> TrainedModel:
+def load_trained(path: str | Path, key: str = "model",
+                 overrides: Mapping[str, Any] | TrainedOverrides | None = None) -> TrainedModel:
     """The trained model of a .ckpt file or run folder (``key`` names the setting it came from).
 
     The encoder is built from the run's ``encoder/`` folder (``tasks/encoders/store.py``), so the
     pretrained folder used in training may be gone; a bare .ckpt without its run folder, or an
     ``encoder.name_or_path`` override, loads the encoder from ``encoder.name_or_path``. Weights the
     checkpoint holds are not read twice: a fully fine-tuned checkpoint builds the encoder from its
-    config alone. ``overrides`` (``{"head.max_answer_length": 50}``) go through
-    ``tasks/saved/trained_overrides.py``.
+    config alone. ``overrides`` (``{"head.max_answer_length": 50}``, or a command's
+    ``TrainedOverrides``) go through ``tasks/saved/trained_overrides.py``.
     """
     ckpt_path, checkpoint = read_checkpoint(path, key=key)
     cfg = checkpoint_config(checkpoint)
-    if overrides:
+    if overrides is not None and not isinstance(overrides, TrainedOverrides):
+        overrides = TrainedOverrides.of_values(overrides, ckpt_path)
+    overridden = set(overrides.values) if overrides is not None else set()
+    if overridden:
         cfg = apply_overrides(cfg, overrides, ckpt_path)
+    settings = EncoderSettings.from_config(cfg["encoder"])
     folder = encoder_folder_of(ckpt_path)
-    overridden = set(overrides or ())
-    source = str(folder) if folder is not None and "encoder.name_or_path" not in overridden else cfg["encoder"]["name_or_path"]
+    source = str(folder) if folder is not None and "encoder.name_or_path" not in overridden else settings.name_or_path
     # The run's encoder/ folder holds the tokenizer training used, whatever encoder.tokenizer named.
     tokenizer_source = str(folder) if folder is not None and not overridden & {"encoder.tokenizer", "encoder.name_or_path"} \
-        else cfg["encoder"].get("tokenizer") or cfg["encoder"]["name_or_path"]
+        else settings.tokenizer or settings.name_or_path
     needs_weights = bool(checkpoint.get(FROZEN_KEY))
     if needs_weights and Path(source).is_dir() and not has_weights(source):
         raise MissingFileError(
             f"{ckpt_path} leaves its frozen encoder weights to {source}, which holds none. Fix: set "
-            f"encoder.name_or_path=<the pretrained encoder the run used: {cfg['encoder']['name_or_path']}>"
+            f"encoder.name_or_path=<the pretrained encoder the run used: {settings.name_or_path}>"
         )
-    encoder = Encoder.from_settings(EncoderSettings.from_config(cfg["encoder"]), name_or_path=source,
-                                    load_weights=needs_weights)
+    encoder = Encoder.from_settings(settings, name_or_path=source, load_weights=needs_weights)
     module = build_module(cfg, checkpoint, encoder=encoder, encoder_source=source)
     step = checkpoint.get("global_step")
     return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source),

@@ -6,6 +6,10 @@ reproduces what the run did before the setting existed, with a warning naming it
 (``sesame-train task=<name>``, with that task's data preset) where the setting was added with the old
 behaviour as its default (``encoder.init=pretrained``, ``data.group_by_length=false``), and the old
 behaviour itself where a default changed later (``BEFORE_THE_SETTING``).
+
+Two kinds of keys are filled without a warning, as they change nothing the model does: the ``task``
+block's class names (``task.predictor``, ``task.export``, ...: the code that serves the task today)
+and the top-level keys that only say how a run was started (``resume``, ``overwrite``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ BEFORE_THE_SETTING: dict[str, dict[str, Any]] = {"squad_v1": {"data.train_window
 
 #: The config blocks whose new keys are filled (the others are the trainer's, the logger's, ...).
 UPGRADED_GROUPS = ("encoder", "data", "head", "finetune", "fusion", "pooling")
+#: Top-level keys of the run filled where missing (``calibrate=true`` came later: an older run did not calibrate).
+UPGRADED_KEYS = ("seed", "calibrate", "resume", "overwrite")
+#: What is filled silently: the task's class names (``conf/task/*.yaml``), and how a run was started.
+QUIET = tuple(f"task.{role}" for role in ("module", "datamodule", "predictor", "export", "data_settings",
+                                          "head_settings")) + ("resume", "overwrite")
 
 
 def task_defaults(task_name: str) -> dict[str, Any]:
@@ -66,12 +75,18 @@ def with_added_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in BEFORE_THE_SETTING.get(task, {}).items():
         _put(defaults, key, value)
     added = []
-    for group in UPGRADED_GROUPS:
+    for group in (*UPGRADED_GROUPS, "task"):
         if not isinstance(cfg.get(group), Mapping) or not isinstance(defaults.get(group), Mapping):
             continue
         for key, value in _missing(cfg[group], defaults[group], f"{group}."):
             _put(cfg, key, value)
-            added.append(f"{key}={value}")
+            if key not in QUIET:
+                added.append(f"{key}={value}")
+    for key in UPGRADED_KEYS:
+        if key not in cfg and key in defaults:
+            cfg[key] = defaults[key]
+            if key not in QUIET:
+                added.append(f"{key}={defaults[key]}")
     if added:
         log.warning("the checkpoint predates the settings %s: using what it did before they existed", ", ".join(added))
     return cfg

@@ -6,13 +6,20 @@ over it, and logged, when it can apply to trained weights: the encoder's locatio
 kernel or tokenizer (``encoder.*``), how outputs are decoded (``head.*``, e.g.
 ``head.null_score_diff_threshold``, ``head.max_answer_length``, ``head.n_best_size``) and how data
 is read (``data.*``). Settings that would change the network the weights belong to are an error.
+
+This file is the one place that says so: ``sesame-predict --set`` / ``Predictor.from_run(overrides=)``
+give :func:`apply_overrides` a mapping, ``sesame-eval`` gives :meth:`TrainedOverrides.of_command` its
+command line; either is checked once, when the :class:`TrainedOverrides` is made. What data settings a
+trained model keeps when it is evaluated on other data is :func:`evaluation_data`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +36,10 @@ OVERRIDABLE_GROUPS = ("encoder", "head", "data")
 #: Head settings that belong to the trained weights: ``head.crf`` adds transition weights, whose BIO
 #: constraints (``head.constrain_bio``) are saved with them; loss settings only act in training.
 FIXED_HEAD_KEYS = ("crf", "constrain_bio", "dropout", "class_weights", "label_smoothing")
+#: Data settings a trained model keeps whatever data it is evaluated on: they define its outputs.
+LABEL_KEYS = ("label_names", "tag_names", "multi_label", "label_separator", "regression", "metrics")
+#: Data settings that decide how a trained model's inputs are tokenised: the run's unless overridden by name.
+TOKENISATION_KEYS = ("max_seq_length", "doc_stride", "label_all_subwords")
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:
@@ -68,11 +79,76 @@ def select_overrides(cfg: DictConfig, keys: Iterable[str]) -> dict[str, Any]:
     return chosen
 
 
-def apply_overrides(trained: Mapping[str, Any], overrides: Mapping[str, Any], source: str | Path) -> dict[str, Any]:
-    """A copy of the trained config ``trained`` with ``overrides`` (dotted keys) applied; each change is logged."""
-    check_overridable(overrides, source)
+@dataclass(frozen=True)
+class TrainedOverrides:
+    """Settings a command changes of a trained model, checked (:func:`check_overridable`) once, when made.
+
+    ``values``: dotted key -> value, applied over the trained config by :func:`apply_overrides`.
+    ``named``: every dotted key the command named, those it keeps for itself included (``sesame-eval``'s
+    ``data.*`` settings, which describe its own data: :func:`evaluation_data`).
+    """
+
+    values: Mapping[str, Any]
+    named: frozenset[str]
+
+    @classmethod
+    def of_values(cls, values: Mapping[str, Any], source: str | Path) -> TrainedOverrides:
+        """``{"head.n_best_size": 5}`` (``sesame-predict --set``, ``Predictor.from_run(overrides=...)``)."""
+        check_overridable(values, source)
+        return cls(dict(values), frozenset(values))
+
+    @classmethod
+    def of_command(cls, cfg: DictConfig, overrides: Sequence[str], source: str | Path) -> TrainedOverrides:
+        """The command line ``overrides`` (Hydra's ``key=value`` strings) of a command that composed
+        ``cfg`` (``sesame-eval``): the ``encoder.*`` / ``head.*`` settings it names, valued as in ``cfg``.
+        Its ``data.*`` settings are named, not applied: the command's data is its own."""
+        keys = override_keys(overrides)
+        check_overridable(keys, source)
+        values = {k: v for k, v in select_overrides(cfg, keys).items() if k.split(".", 1)[0] != "data"}
+        return cls(values, frozenset(keys))
+
+    def names(self, key: str) -> bool:
+        """Whether the command named ``key`` (``data.max_seq_length``)."""
+        return key in self.named
+
+
+def evaluation_data(trained: Any, command: Any, overrides: TrainedOverrides) -> tuple[dict[str, Any], list[str]]:
+    """The data settings a trained model (its ``settings.data``: ``trained``) is evaluated with on a command's
+    data (the command's ``settings.data``: ``command``): ``({key: value} over the command's data block,
+    what was chosen and why, one line a key)``. The training file never (``train_file: None``); what
+    defines the model's outputs (:data:`LABEL_KEYS`: GLUE label_names, NER tag_names, a table's kind of
+    task and metrics, the main metric being one of them) the model's; how its inputs are cut
+    (:data:`TOKENISATION_KEYS`) the model's too, unless the command names it."""
+    trained_keys = {f.name for f in dataclasses.fields(trained)}
+    command_keys = {f.name for f in dataclasses.fields(command)}
+    data: dict[str, Any] = {"train_file": None}
+    data.update({k: _plain(getattr(trained, k)) for k in LABEL_KEYS if k in trained_keys})
+    said = []
+    for key in TOKENISATION_KEYS:
+        if key not in trained_keys or key not in command_keys:
+            continue
+        if overrides.names(f"data.{key}"):
+            said.append(f"data.{key}={getattr(command, key)}, as this command sets it "
+                        f"(the model was trained with {getattr(trained, key)})")
+        else:
+            data[key] = getattr(trained, key)
+            said.append(f"data.{key}={getattr(trained, key)}, the model's own")
+    return data, said
+
+
+def _plain(value: Any) -> Any:
+    """A settings value as config data (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def apply_overrides(trained: Mapping[str, Any], overrides: Mapping[str, Any] | TrainedOverrides,
+                    source: str | Path) -> dict[str, Any]:
+    """A copy of the trained config ``trained`` with ``overrides`` (dotted keys) applied; each change is logged.
+    A mapping is checked here (:meth:`TrainedOverrides.of_values`); a :class:`TrainedOverrides` was when made."""
+    if not isinstance(overrides, TrainedOverrides):
+        overrides = TrainedOverrides.of_values(overrides, source)
     cfg = OmegaConf.create(copy.deepcopy(dict(trained)))
-    for key, value in overrides.items():
+    for key, value in overrides.values.items():
         group = key.split(".", 1)[0]
         if group not in OVERRIDABLE_GROUPS:
             raise ConfigError(f"{key}: only {', '.join(g + '.*' for g in OVERRIDABLE_GROUPS)} settings of a trained model "

@@ -134,3 +134,15 @@ def test_balanced_weights_need_every_label_in_the_training_data(make_cfg, tmp_pa
                    "data.label_names=[bad,good,meh]", "head.class_weights=balanced")
     with pytest.raises(DataError, match=r"\['meh'\] never occur in the training data .*reviews.csv.*3 weights"):
         train(cfg, tmp_path / "run")
+
+
+def test_balanced_weights_reach_the_checkpoints_config_not_the_modules(make_cfg):
+    """The resolved weights travel as a value: every checkpoint's config records them, the module's own
+    config (and the hyper-parameters it was built from) still says balanced."""
+    module = SentenceClassificationModule(make_cfg("head.class_weights=balanced"))
+    weights = module.use_balanced_weights([3, 1], 4)
+    assert weights == pytest.approx([4 / 6, 4 / 2])
+    checkpoint = {"state_dict": {}, "hyper_parameters": dict(module.hparams)}
+    module.on_save_checkpoint(checkpoint)
+    assert checkpoint["hyper_parameters"]["cfg"]["head"]["class_weights"] == weights
+    assert module.cfg.head.class_weights == "balanced" and module.hparams["cfg"]["head"]["class_weights"] == "balanced"

@@ -7,6 +7,7 @@ session, whichever test file asks first (each takes one to two seconds).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import types
@@ -107,13 +108,20 @@ def test_a_run_folder_gets_a_torch_runner_and_its_tasks_predictor(sst2_run):
     assert Predictor.from_run(sst2_run, batch_size=3).batch_size == 3
 
 
-def test_a_task_predictor_refuses_another_tasks_model(sst2_run):
+def test_a_task_predictor_refuses_another_tasks_model(sst2_runner):
     from sesame.tasks.qa.predict import QuestionAnsweringPredictor
 
     with pytest.raises(ConfigError, match="glue model.*Predictor.from_run"):
-        QuestionAnsweringPredictor.from_run(sst2_run)
-    with pytest.raises(ConfigError, match="no predictor for task='pos'"):
-        Predictor.class_for("pos")
+        QuestionAnsweringPredictor(sst2_runner)
+    # The predictor is the class the model's task.predictor names (conf/task/*.yaml): one that names
+    # no class, or a class that is no predictor, is a clear error.
+    settings = sst2_runner.settings
+    for path, words in (("sesame.tasks.pos.predict.TagPredictor", "names no class that can be imported"),
+                        ("sesame.tasks.glue.module.SentenceClassificationModule", "is not a TaskPredictor")):
+        runner = types.SimpleNamespace(settings=dataclasses.replace(
+            settings, task=dataclasses.replace(settings.task, predictor=path)))
+        with pytest.raises(ConfigError, match=f"task.predictor='{path}'.*{words}"):
+            Predictor.from_runner(runner)
 
 
 def test_outputs_keep_the_input_order_and_ids_whatever_the_chunks_and_batches(sst2_runner):

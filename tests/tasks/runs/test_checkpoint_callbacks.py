@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from sesame.tasks.saved.checkpoints import resolve_resume
+from sesame.tasks.runs.run_lock import resolve_resume
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.core.errors import MissingFileError
 from sesame.tasks.runs.runner import train

@@ -42,3 +42,16 @@ def test_an_older_full_run_loads_to_its_own_predictions(make_cfg, tmp_path, capl
     for key, value in checkpoint["state_dict"].items():
         if not key.startswith("encoder.model.pooler."):
             torch.testing.assert_close(state[key], value)
+
+
+def test_a_config_from_before_the_task_contract_gets_its_task_classes_and_run_keys(caplog):
+    old = {"task": {"name": "ner", "main_metric": "val_f1", "entity_metric": "strict"}, "seed": 3}
+    with caplog.at_level(logging.WARNING):
+        new = with_added_settings(old)
+    assert new["task"]["predictor"] == "sesame.tasks.ner.predict.TaggingPredictor"
+    assert new["task"]["entity_metric"] == "strict" and new["seed"] == 3
+    assert new["calibrate"] is False and new["resume"] is None and new["overwrite"] is False
+    # calibrate changes what a model does (an older run did not calibrate): said; class names and how a
+    # run was started change nothing: filled quietly
+    assert "calibrate=False" in caplog.text
+    assert "predictor" not in caplog.text and "overwrite" not in caplog.text and "resume" not in caplog.text
