@@ -141,14 +141,17 @@ class TrainerSettings:
     lightning: Mapping[str, Any]  # every other key: lightning.Trainer's keyword arguments, as given
 
     @classmethod
-    def from_config(cls, block: Mapping[str, Any] | DictConfig | None) -> TrainerSettings:
+    def from_config(cls, block: Mapping[str, Any] | DictConfig | None, *, check: bool = True) -> TrainerSettings:
+        """``check=False``: a trained model's block, a record of how it trained, not run again, so not held
+        to the installed Lightning's arguments (nor is Lightning imported to read them)."""
         raw = plain(block) if block is not None else {}
         if not isinstance(raw, Mapping):
             raise ConfigError(f"trainer: expected a block of settings, got {raw!r}")
         kwargs = dict(raw)
         stopping = kwargs.pop("early_stopping", None)
         compile_encoder = bool(kwargs.pop("compile", False))
-        check_trainer_keys(kwargs)
+        if check:
+            check_trainer_keys(kwargs)
         return cls(
             early_stopping=EarlyStoppingSettings.from_config(stopping) if stopping is not None else None,
             compile=compile_encoder,
@@ -188,6 +191,17 @@ class RunSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | DictConfig) -> RunSettings:
+        """The settings of a config about to run (training, evaluation)."""
+        return cls._read(cfg, check_trainer=True)
+
+    @classmethod
+    def of_trained(cls, cfg: Mapping[str, Any] | DictConfig) -> RunSettings:
+        """The settings a trained model was built with (its checkpoint's or export's config): the trainer
+        block is kept as recorded, not checked against the installed Lightning (:class:`TrainerSettings`)."""
+        return cls._read(cfg, check_trainer=False)
+
+    @classmethod
+    def _read(cls, cfg: Mapping[str, Any] | DictConfig, *, check_trainer: bool) -> RunSettings:
         task = TaskSettings.from_config(cfg["task"])
         return cls(
             task=task,
@@ -196,7 +210,7 @@ class RunSettings:
             finetune=FinetuneSettings.from_config(cfg["finetune"]),
             data=task_class(task, "data_settings").from_config(cfg["data"]),
             head=task_class(task, "head_settings").from_config(cfg["head"]),
-            trainer=TrainerSettings.from_config(cfg["trainer"]),
+            trainer=TrainerSettings.from_config(cfg["trainer"], check=check_trainer),
             seed=int(cfg["seed"]),
             calibrate=bool(cfg["calibrate"]),
             resume=plain(cfg["resume"]),

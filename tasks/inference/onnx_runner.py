@@ -48,7 +48,7 @@ class OnnxRunner:
     def __init__(self, folder: Path, cfg: dict[str, Any], session: Any, tokenizer_source: str | None = None) -> None:
         self.folder = Path(folder)
         self.cfg = cfg
-        self.settings = RunSettings.from_config(cfg)
+        self.settings = RunSettings.of_trained(cfg)
         #: The task's side of the export (``tasks/base/export.py``), from the settings alone.
         self.task_export: TaskExport = task_class(self.settings.task, "export")(self.settings)
         self.session = session

@@ -3,7 +3,7 @@
 ``Predictor.from_run(path)`` reads a run folder, a ``.ckpt`` file or an ONNX export folder (one that
 holds ``model.onnx``) and returns the predictor of the model's task::
 
-    from sesame.tasks.inference import Predictor
+    from sesame.tasks.inference.predictor import Predictor
 
     predict = Predictor.from_run("outputs/squad_v1/2024-05-01_12-00-00")
     predict([{"question": "Who won?", "context": "Marie Curie won the prize."}])
@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedTokenizerFast
@@ -35,8 +35,10 @@ from transformers import PreTrainedTokenizerFast
 from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, predictor_class
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.saved.int8 import is_quantized, quantize_module
+
+if TYPE_CHECKING:
+    from sesame.tasks.saved.checkpoints import TrainedModel
 
 #: The file that marks an ONNX export folder (``sesame-export``).
 ONNX_FILE = "model.onnx"
@@ -96,6 +98,9 @@ def runner_for(path: str | Path, overrides: Mapping[str, Any] | None = None, *, 
     if is_onnx_folder(path):
         onnx_runner = importlib.import_module(ONNX_RUNNER)  # needs the [export] extra
         return onnx_runner.OnnxRunner.from_folder(Path(path).expanduser(), overrides, int8=int8)
+    # Imported here: it loads Lightning (the task modules are Lightning modules), which an ONNX folder never needs.
+    from sesame.tasks.saved.checkpoints import load_trained
+
     trained = load_trained(path, overrides=dict(overrides or {}))
     if int8 and not is_quantized(trained.cfg):
         quantize_module(trained.module)

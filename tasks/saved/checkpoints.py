@@ -95,7 +95,7 @@ class TrainedModel:
     settings: RunSettings = field(init=False)
 
     def __post_init__(self) -> None:
-        self.settings = RunSettings.from_config(self.cfg)
+        self.settings = RunSettings.of_trained(self.cfg)
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
         return load_tokenizer(self.tokenizer_source)

@@ -27,3 +27,12 @@ def test_a_misspelt_trainer_key_names_the_closest_argument_before_anything_runs(
                                           r"did you mean trainer.max_epochs\?"):
         train(make_cfg("+trainer.max_epoch=1"), tmp_path)
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_trained_models_trainer_block_is_a_record_not_checked():
+    """A checkpoint whose trainer block holds an argument the installed Lightning lacks still loads: the
+    block records how it trained; only a config about to run is checked."""
+    recorded = TrainerSettings.from_config({"max_epochs": 1, "a_dropped_argument": 3}, check=False)
+    assert recorded.get("a_dropped_argument") == 3
+    with pytest.raises(ConfigError, match="a_dropped_argument"):
+        TrainerSettings.from_config({"max_epochs": 1, "a_dropped_argument": 3})
