@@ -161,13 +161,13 @@ class SesameQA:
         predictions/nbest/metrics); returns (seconds, answers with char offsets from the nbest file)."""
         from omegaconf import OmegaConf
 
-        from sesame.tasks.qa.data import SquadDataModule
+        from sesame.tasks.runs.runner import build_datamodule
         from sesame.tasks.runs.runner import build_trainer, finish_run, flat_metrics
 
         run_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         cfg = OmegaConf.merge(self.cfg, {"data": {"validation_file": str(squad_json)}})
-        datamodule = SquadDataModule.from_config(cfg, self.tokenizer)
+        datamodule = build_datamodule(cfg, self.tokenizer)
         datamodule.setup("validate")
         self.module.output_dir = run_dir
         trainer = build_trainer(cfg, run_dir, monitor=None)

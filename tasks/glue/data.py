@@ -126,7 +126,6 @@ class SentenceDataModule(SplitDataModule):
 class GlueDataModule(SentenceDataModule):
     """A GLUE task's TSVs (``data.task_name``), read with quoting off (``tasks/glue/readers.py``)."""
 
-    settings_class = GlueDataSettings
 
     @classmethod
     def task_spec(cls, settings: GlueDataSettings) -> GlueTaskSpec:
@@ -142,7 +141,6 @@ class GlueDataModule(SentenceDataModule):
 class TableDataModule(SentenceDataModule):
     """Any CSV / TSV / JSON-lines file with a text column, an optional pair column and a label column."""
 
-    settings_class = TableDataSettings
 
     @classmethod
     def task_spec(cls, settings: TableDataSettings) -> GlueTaskSpec:

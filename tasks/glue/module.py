@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import get_class
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig
 
@@ -36,6 +35,7 @@ from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.encoders.hf_weights import load_prefixed_weights
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
+from sesame.tasks.base.run_settings import task_class
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.glue.settings import ClassifierHeadSettings, PoolingSettings
 
@@ -57,8 +57,8 @@ class SentenceClassificationModule(EncoderTaskModule):
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
-        data_module = get_class(self.task.datamodule)  # it knows how its data settings define the task
-        self.spec = data_module.task_spec(data_module.settings_class.from_config(self.cfg.data))
+        data = task_class(self.task, "data_settings").from_config(self.cfg.data)
+        self.spec = task_class(self.task, "datamodule").task_spec(data)  # it knows how its data settings define the task
         self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
         self.multi_label = self.spec.multi_label
         self.label_separator = self.spec.label_separator

@@ -1,13 +1,12 @@
 """What every task's data module shares: typed settings, named splits, and one loader recipe.
 
-``conf/data/*.yaml`` -> the task's ``settings_class`` (a ``tasks/core/settings.py`` ``Settings``)
--> ``SplitDataModule(settings, tokenizer, seed)`` -> loaders from ``tasks/inputs/batching.py`` ``make_loader``.
+``conf/data/*.yaml`` -> the class ``task.data_settings`` names (a ``tasks/inputs/data_settings.py``
+``DataSettings``; ``tasks/runs/runner.py`` ``build_datamodule`` reads it) -> ``SplitDataModule(settings, tokenizer, seed)`` -> loaders from ``tasks/inputs/batching.py`` ``make_loader``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -20,30 +19,23 @@ from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.inputs.data_settings import DataSettings
 
 
-
 class SplitDataModule(L.LightningDataModule):
     """A data module whose splits are ``train``, ``validation`` and ``test``.
 
-    Subclasses set ``settings_class`` (a :class:`DataSettings`) and ``self.collator``, and implement ``dataset(split)``
+    Subclasses take their task's :class:`DataSettings`, set ``self.collator``, and implement ``dataset(split)``
     and ``has_split(split)``. ``resume_at`` is set by
     ``tasks/runs/checkpoint_callbacks.py`` ``TrainingResumeCallback`` when a run resumes mid-epoch.
     """
 
-    settings_class: ClassVar[type[DataSettings]]
     resume_at: tuple[int, int] | None = None
 
-    def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
+    def __init__(self, settings: DataSettings, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
         super().__init__()
         check_max_seq_length(settings.max_seq_length, tokenizer)
         self.settings = settings
         self.tokenizer = tokenizer
         self.seed = int(seed)
         self.collator: Any = None
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> SplitDataModule:
-        """Build from the composed config: ``cfg.data`` through ``settings_class``, and ``cfg.seed``."""
-        return cls(cls.settings_class.from_config(cfg["data"]), tokenizer, seed=int(cfg["seed"]))
 
     def dataset(self, split: str) -> Dataset:
         raise NotImplementedError

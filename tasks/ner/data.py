@@ -46,7 +46,6 @@ class NerDataModule(SplitDataModule):
     files) and ``splits[split]`` (tokenised windows) for ``train`` / ``validation`` / ``test``.
     """
 
-    settings_class = NerDataSettings
     settings: NerDataSettings
 
     def __init__(self, settings: NerDataSettings, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:

@@ -35,7 +35,6 @@ class SquadDataModule(SplitDataModule):
     scoring need, :attr:`reports` what reading each split kept and dropped.
     """
 
-    settings_class = SquadDataSettings
     settings: SquadDataSettings
     FILE_KEYS: ClassVar[dict[str, str]] = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from hydra.utils import get_class
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
+from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.core.atomic_files import torch_save_atomic, write_json_atomic, write_text_atomic
 from sesame.tasks.runs.checkpoint_callbacks import (
@@ -37,23 +37,25 @@ from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.runs.compilation import CompileEncoder
 from sesame.tasks.runs.throughput import TrainingThroughput
 from sesame.tasks.runs.early_stopping import early_stopping_callbacks
-from sesame.tasks.encoders.encoder import EncoderSettings, check_tokenizer_fits, load_tokenizer
+from sesame.tasks.encoders.encoder import check_tokenizer_fits, load_tokenizer
 from sesame.tasks.encoders.store import ENCODER_FOLDER, has_weights, save_encoder_folder
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.inputs.feature_cache import CacheSettings, build_or_open
 from sesame.tasks.core.known_noise import known_noise_silenced
 from sesame.tasks.runs.loggers import LoggerSettings, build_loggers, progress_bar_callbacks
-from sesame.tasks.base.run_settings import RunSettings, TaskSettings, TrainerSettings
+from sesame.tasks.base.run_settings import RunSettings, TrainerSettings, task_class
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.runs.run_lock import holds_run_folder, resolve_resume
 
 log = logging.getLogger(__name__)
 
 
-def build_datamodule(cfg: DictConfig) -> SplitDataModule:
-    """The data module ``task.datamodule`` names, with ``cfg.data`` read by its settings class."""
-    tokenizer = load_tokenizer(EncoderSettings.from_config(cfg.encoder))
-    return get_class(TaskSettings.from_config(cfg.task).datamodule).from_config(cfg, tokenizer)
+def build_datamodule(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> SplitDataModule:
+    """The data module ``task.datamodule`` names, on ``cfg.data`` as ``task.data_settings`` reads it, with
+    ``cfg.seed`` (``tokenizer``: the encoder's unless given)."""
+    settings = RunSettings.from_config(cfg)
+    datamodule = task_class(settings.task, "datamodule")
+    return datamodule(settings.data, tokenizer or load_tokenizer(settings.encoder), seed=settings.seed)
 
 
 def config_with_data(cfg: DictConfig, datamodule: SplitDataModule) -> DictConfig:

@@ -13,6 +13,7 @@ from sesame.heads.masking import IGNORE_INDEX
 from sesame.tasks.encoders.encoder import load_tokenizer
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.ner.data import NerDataModule, NerDataSettings
+from sesame.tasks.runs.runner import build_datamodule
 from sesame.tasks.ner.tags import encode_tags
 from sesame.tasks.ner.windows import stitch_words
 from sesame.tasks.core.paths import shipped_path
@@ -31,7 +32,7 @@ def datamodule(make_cfg: Callable, tokenizer) -> Callable[..., NerDataModule]:
     """``datamodule("data.train_file=...", ...)``: ``task=ner`` composed with these overrides."""
 
     def build(*overrides: str) -> NerDataModule:
-        return NerDataModule.from_config(make_cfg("task=ner", *overrides), tokenizer)
+        return build_datamodule(make_cfg("task=ner", *overrides), tokenizer)
 
     return build
 

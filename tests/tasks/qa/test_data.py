@@ -10,6 +10,7 @@ import torch
 
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.qa.data import SquadDataModule, SquadDataSettings
+from sesame.tasks.runs.runner import build_datamodule
 
 from .conftest import CTX, qa, squad_obj, squad_settings
 
@@ -30,7 +31,7 @@ def test_presets_build_their_settings(make_cfg, overrides):
 def test_unknown_data_key_is_named(make_cfg, tokenizer):
     cfg = make_cfg("task=squad_v1", "+data.doc_strid=64")
     with pytest.raises(ConfigError, match=r"data\.doc_strid"):
-        SquadDataModule.from_config(cfg, tokenizer)
+        build_datamodule(cfg, tokenizer)
 
 
 def test_bad_settings_are_config_errors(tokenizer):
