@@ -10,6 +10,7 @@ saved as the checkpoint's hyper-parameters, so ``Module.load_from_checkpoint(pat
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -133,7 +134,20 @@ class EncoderTaskModule(L.LightningModule):
             self._frozen_digest = weights_digest((k, params[k]) for k in self.stored_once_keys())
         return self._frozen_digest
 
+    def resolved_settings(self) -> dict[str, Any]:
+        """Settings the module resolved from the data while training (``{"head.class_weights": [...]}``):
+        the checkpoint's config records them, so the model reloads as it trained; the module's own
+        config is never changed. None resolved by default."""
+        return {}
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        resolved = self.resolved_settings()
+        if resolved:
+            cfg = copy.deepcopy(checkpoint["hyper_parameters"]["cfg"])
+            for dotted, value in resolved.items():
+                block, key = dotted.split(".")
+                cfg[block][key] = value
+            checkpoint["hyper_parameters"] = {**checkpoint["hyper_parameters"], "cfg": cfg}
         keys = self.stored_once_keys()
         if not keys:
             return

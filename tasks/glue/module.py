@@ -14,7 +14,6 @@ by it, so evaluation, ``sesame-predict`` and ``sesame-export`` all use it.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -124,7 +123,7 @@ class SentenceClassificationModule(EncoderTaskModule):
     def use_balanced_weights(self, counts: Sequence[int] | np.ndarray, num_examples: int) -> list[float]:
         """Set the ``balanced`` class weights for training labels counted ``counts`` [C] over
         ``num_examples`` examples, and keep them (``balanced_weights``) for the config saved with every
-        checkpoint, as its ``head.class_weights`` (:meth:`on_save_checkpoint`: a trained model then needs no
+        checkpoint, as its ``head.class_weights`` (:meth:`resolved_settings`: a trained model then needs no
         training data to rebuild its loss). The module's own config is left as it was given."""
         counts = np.asarray(counts, dtype=np.int64)
         names = self.label_names or []
@@ -146,16 +145,9 @@ class SentenceClassificationModule(EncoderTaskModule):
                  ", ".join(f"{n}={w:.4g} ({c} examples)" for n, w, c in zip(names, weights, counts.tolist())))
         return weights
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The checkpoint's config records resolved ``balanced`` class weights as ``head.class_weights``
-        (a copy of the module's config; the module's own is not changed)."""
-        super().on_save_checkpoint(checkpoint)
-        if self.balanced_weights is None:
-            return
-        hyper = checkpoint["hyper_parameters"]
-        cfg = copy.deepcopy(hyper["cfg"])
-        cfg["head"]["class_weights"] = list(self.balanced_weights)
-        checkpoint["hyper_parameters"] = {**hyper, "cfg": cfg}
+    def resolved_settings(self) -> dict[str, Any]:
+        """``head.class_weights=balanced``: the weights it resolved to over the training data."""
+        return {} if self.balanced_weights is None else {"head.class_weights": list(self.balanced_weights)}
 
     @property
     def thresholds(self) -> torch.Tensor | None:

@@ -8,7 +8,6 @@ precision / recall / F1 (``val_f1`` is the main metric) and written to ``{stage}
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,7 +49,7 @@ class NerModule(EncoderTaskModule):
         data = NerDataSettings.from_config(self.cfg.data)
         names = data.tag_names or load_tag_names(data)
         #: Tag names read from the training file (no ``data.tag_names``): saved as ``data.tag_names`` in every
-        #: checkpoint's config (:meth:`on_save_checkpoint`), so loading it needs no training file. None otherwise.
+        #: checkpoint's config (:meth:`resolved_settings`), so loading it needs no training file. None otherwise.
         self.read_tag_names: list[str] | None = None if data.tag_names else list(names)
         self.tag_names = [str(n) for n in names]
         head = TaggerHeadSettings.from_config(self.cfg.head)
@@ -62,16 +61,9 @@ class NerModule(EncoderTaskModule):
         if self.entity_metric not in MODES:
             raise ConfigError(f"task.entity_metric={self.entity_metric!r} is not one of {', '.join(MODES)}")
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The checkpoint's config records tag names read from the training file as ``data.tag_names``
-        (a copy of the module's config; the module's own is not changed)."""
-        super().on_save_checkpoint(checkpoint)
-        if self.read_tag_names is None:
-            return
-        hyper = checkpoint["hyper_parameters"]
-        cfg = copy.deepcopy(hyper["cfg"])
-        cfg["data"]["tag_names"] = list(self.read_tag_names)
-        checkpoint["hyper_parameters"] = {**hyper, "cfg": cfg}
+    def resolved_settings(self) -> dict[str, Any]:
+        """``data.tag_names`` read from the training file (so loading the model needs no training file)."""
+        return {} if self.read_tag_names is None else {"data.tag_names": list(self.read_tag_names)}
 
     def load_hf_head(self, folder: str | Path) -> None:
         """Load the ``classifier.*`` weights of a Hugging Face ``...ForTokenClassification`` folder; its
