@@ -818,9 +818,17 @@ def run_study(args: argparse.Namespace) -> None:
         if stop.requested:
             print("[study] stopped on request; rerun the same command to resume", flush=True)
             break
-        write_report(args, args.report_file or args.out / "report" / "full_data_study.md")
-    write_report(args, args.report_file or args.out / "report" / "full_data_study.md")
+        safe_report(args)
+    safe_report(args)
     print(f"[study] finished this invocation: {ran} unit(s) run", flush=True)
+
+
+def safe_report(args: argparse.Namespace) -> None:
+    """The running report (<out>/report/): a failure to write it never stops the study."""
+    try:
+        write_report(args, args.report_file or args.out / "report" / "full_data_study.md")
+    except Exception as error:  # noqa: BLE001
+        print(f"[study] could not write the report: {error!r}", flush=True)
 
 
 # The report -------------------------------------------------------------------------------------------
