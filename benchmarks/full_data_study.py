@@ -1,0 +1,1071 @@
+"""Full-data study (issue 25): sesame against the transformers Trainer on every task's full data.
+
+Each unit is one (task, arm, seed): a full training run of the task's recipe
+(``conf/experiment/full_<task>.yaml``, what ``sesame-train +experiment=full_<task>`` runs) with a
+dev evaluation after every epoch, in its own child process (one torch thread), so its peak RSS is its
+own. Arms:
+  sesame       sesame-train's own code (tasks/runner.py ``train``) on the preset: the plain default
+  hf           transformers' Trainer with AutoModelFor{SequenceClassification,TokenClassification,
+               QuestionAnswering} on the very examples and batches sesame trains on (it reads sesame's
+               data module; same tokenisation length, shuffle, seed, epochs, batch size, learning
+               rate, warm-up, weight decay, clipping, AdamW implementation; benchmarks/train_speed.py).
+               After each epoch the model is saved and scored by sesame's evaluation path
+               (tasks/evaluation.py, as `sesame-eval model=<folder>`), the scorer of sesame's arm.
+  sesame_fast  (optional, not in the default --arms) sesame with data.group_by_length=true
+Dev metric after each epoch, cumulative training wall and CPU seconds (process user+sys) at it, final
+and best-epoch dev metrics, test metrics (NER, of the best dev epoch on both arms), peak RSS (per
+child process: ru_maxrss), versions and the commit go to <out>/units/<task>/<arm>/seed<k>/result.json.
+Training time EXCLUDES evaluation and checkpoint writing (both timed and reported separately); it
+includes data loading, forward, backward, clipping, optimiser and scheduler steps, and logging.
+
+Resumable: rerun the same command and finished units (result.json) are skipped; an interrupted
+sesame unit resumes from its run folder's checkpoints/last.ckpt (`resume=true`; last.ckpt is written
+after every validation and every --ckpt-steps steps of the big tasks), an interrupted Trainer unit
+from its newest checkpoint-<step>/ (resume_from_checkpoint). The training clock and the per-epoch
+history are stored inside each checkpoint, so time is summed over the segments that count (work
+lost after the last checkpoint of a killed segment is not counted; every attempt's own wall / CPU is
+in attempts.json). SIGTERM to the study stops the running unit at its next step with a checkpoint.
+Units run small-first, the arms interleaved per seed (seed 1: sesame then hf, seed 2: hf then sesame,
+...): RTE, MRPC, STS-B, CoLA, WNUT-17 (3 seeds), CoNLL-2003 (3), SST-2 (1), SQuAD v1.1 (1).
+
+    python benchmarks/full_data_study.py --plan                    # the units and their state
+    nohup nice -n 19 python benchmarks/full_data_study.py > /work/study/study.log 2>&1 &   # the study
+    python benchmarks/full_data_study.py --tasks rte --seeds 1     # one small real unit per arm
+    python benchmarks/full_data_study.py --report                  # docs/results/full_data_study.md + PNGs
+    python benchmarks/full_data_study.py --quick                   # pipeline check on shipped slices (~5 min)
+
+Data: every file is read from $SESAME_DATA_DIR (default ../shared/data relative to the working
+directory, i.e. run from the repository root; see its SOURCES.md for the layout). To use a copy
+elsewhere: SESAME_DATA_DIR=/data/glue_and_co python benchmarks/full_data_study.py ... (the path is
+made absolute and passed to every child). Results go to --out (default /work/study, outside the
+repository, or $SESAME_STUDY_DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import fcntl
+import json
+import math
+import os
+import platform
+import random
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+from compression import compose  # noqa: E402
+from train_speed import (  # noqa: E402
+    HF_KEYS,
+    OFFLINE,
+    HFExamples,
+    check_mirrorable,
+    evaluate_hf,
+    head_parameter,
+    sampling_argument,
+    sesame_optim,
+    settings_of,
+)
+
+DEFAULT_OUT = Path(os.environ.get("SESAME_STUDY_DIR", "/work/study"))
+DEFAULT_REPORT = REPO / "docs" / "results" / "full_data_study.md"
+
+#: task -> its preset, Trainer head, data files (under $SESAME_DATA_DIR), seeds, mid-epoch checkpoint
+#: cadence (optimiser steps, about 10 min of single-thread work; None: only after each epoch's
+#: validation), and the quick check's stand-in (shipped slices).
+TASKS: dict[str, dict[str, Any]] = {
+    "rte": {"preset": "full_rte", "hf": "sequence", "seeds": 3, "ckpt_steps": None,
+            "files": ["rte/train.tsv", "rte/dev.tsv"], "label": "RTE"},
+    "mrpc": {"preset": "full_mrpc", "hf": "sequence", "seeds": 3, "ckpt_steps": None,
+             "files": ["mrpc/train.tsv", "mrpc/dev.tsv"], "label": "MRPC"},
+    "stsb": {"preset": "full_stsb", "hf": "sequence", "seeds": 3, "ckpt_steps": None,
+             "files": ["stsb/train.tsv", "stsb/dev.tsv"], "label": "STS-B"},
+    "cola": {"preset": "full_cola", "hf": "sequence", "seeds": 3, "ckpt_steps": None,
+             "files": ["cola/in_domain_train.tsv", "cola/in_domain_dev.tsv"], "label": "CoLA"},
+    "wnut17": {"preset": "full_wnut17", "hf": "token", "seeds": 3, "ckpt_steps": None,
+               "files": ["wnut17/wnut17train.conll", "wnut17/emerging.dev.conll", "wnut17/emerging.test.annotated"],
+               "label": "WNUT-17"},
+    "conll2003": {"preset": "full_conll2003", "hf": "token", "seeds": 3, "ckpt_steps": 1200,
+                  "files": ["conll2003/eng.train", "conll2003/eng.testa", "conll2003/eng.testb"], "label": "CoNLL-2003"},
+    "sst2": {"preset": "full_sst2", "hf": "sequence", "seeds": 1, "ckpt_steps": 800,
+             "files": ["sst2/train.tsv", "sst2/dev.tsv"], "label": "SST-2"},
+    "squad_v1": {"preset": "full_squad_v1", "hf": "qa", "seeds": 1, "ckpt_steps": 150,
+                 "files": ["squad_v1.1/train-subset-44articles.json", "squad_v1.1/dev-v1.1.json"], "label": "SQuAD v1.1"},
+}
+ORDER = list(TASKS)  # small first
+ARMS: dict[str, dict[str, Any]] = {
+    "sesame": {"side": "sesame", "overrides": [], "label": "sesame (preset defaults)"},
+    "hf": {"side": "hf", "overrides": [], "label": "transformers Trainer"},
+    "sesame_fast": {"side": "sesame", "overrides": ["data.group_by_length=true"], "label": "sesame, group_by_length"},
+}
+#: --quick: the shipped slices stand in for the tasks, a few steps over two epochs; the first attempt of
+#: each unit is killed after QUICK_KILL_AT steps (a checkpoint every 2 steps), so resuming is exercised.
+QUICK = {
+    "sst2": ["data=sst2_slice", "data.max_train_examples=12", "data.batch_size=4", "data.max_eval_examples=40"],
+    "wnut17": ["data=wnut17_slice", "data.max_train_examples=12", "data.batch_size=4", "data.max_eval_examples=40"],
+    "squad_v1": ["data=squad_v1_slice", "data.max_train_examples=16", "data.batch_size=4", "data.max_eval_examples=20",
+                 "data.max_seq_length=256"],
+}
+QUICK_COMMON = ["trainer.max_epochs=2"]
+QUICK_KILL_AT = 4
+EXIT_STOPPED = 75  # a child stopped by SIGTERM, with a checkpoint to resume from
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"results folder, outside the repository (default {DEFAULT_OUT}; $SESAME_STUDY_DIR)")
+    parser.add_argument("--tasks", default=",".join(ORDER), help="comma-separated, run in this order (default: all, "
+                        "small first): " + ", ".join(ORDER))
+    parser.add_argument("--arms", default="sesame,hf", help=f"comma-separated from {', '.join(ARMS)} (default sesame,hf)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds 1..N for every task (default: 3, and 1 for SST-2 and SQuAD)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per child (default 1)")
+    parser.add_argument("--retries", type=int, default=1,
+                        help="times an interrupted or failed unit is resumed in this invocation (default 1)")
+    parser.add_argument("--max-units", type=int, default=None, help="stop after running this many units")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="Hydra override for both arms (repeatable), e.g. data.max_seq_length=256; it becomes "
+                        "part of the units' settings (use a fresh --out)")
+    parser.add_argument("--task-override", action="append", default=[], metavar="TASK:KEY=VALUE",
+                        help="Hydra override for one task, both arms, e.g. squad_v1:data.max_seq_length=256")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each finished unit's resume state (last.ckpt, Trainer checkpoints); best weights are kept anyway")
+    parser.add_argument("--plan", action="store_true", help="list the units and their state, run nothing")
+    parser.add_argument("--report", action="store_true", help="only write the report from the finished units")
+    parser.add_argument("--report-file", type=Path, default=None,
+                        help=f"report markdown (default {DEFAULT_REPORT.relative_to(REPO)} for --report, "
+                        "<out>/report/full_data_study.md while running); PNGs go to a folder beside it")
+    parser.add_argument("--quick", action="store_true",
+                        help="pipeline check: shipped SST-2 / WNUT-17 / SQuAD slices, 3 steps x 2 epochs, both arms, "
+                        "one seed, each unit killed once mid-epoch and resumed, then the report; into <out>/quick (fresh)")
+    parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return args
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    for names, known, what in ((args.tasks, TASKS, "task"), (args.arms, ARMS, "arm")):
+        bad = [n for n in names if n not in known]
+        if bad:
+            parser.error(f"unknown {what}(s) {bad}; choose from {', '.join(known)}")
+    if args.quick:
+        args.tasks = [t for t in args.tasks if t in QUICK] if args.tasks != ORDER else list(QUICK)
+        args.seeds = 1
+        args.out = args.out / "quick"
+    per_task: dict[str, list[str]] = {}
+    for item in args.task_override:
+        task, _, override = item.partition(":")
+        if task not in TASKS or "=" not in override:
+            parser.error(f"--task-override {item!r}: use TASK:KEY=VALUE with a task from {', '.join(TASKS)}")
+        per_task.setdefault(task, []).append(override)
+    args.per_task = per_task
+    args.out = args.out.expanduser().resolve()
+    return args
+
+
+# The plan ------------------------------------------------------------------------------------------
+def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Units in run order: task by task (small first), seed by seed, the arms alternating who goes first."""
+    units = []
+    for task in args.tasks:
+        seeds = args.seeds or TASKS[task]["seeds"]
+        for seed in range(1, seeds + 1):
+            arms = list(args.arms) if seed % 2 == 1 else list(reversed(args.arms))
+            units += [{"task": task, "arm": arm, "seed": seed} for arm in arms]
+    return units
+
+
+def unit_dir(out: Path, unit: dict[str, Any]) -> Path:
+    return out / "units" / unit["task"] / unit["arm"] / f"seed{unit['seed']}"
+
+
+def unit_overrides(args: argparse.Namespace, task: str, seed: int) -> list[str]:
+    """The Hydra overrides both arms compose the task's config with."""
+    out = [f"+experiment={TASKS[task]['preset']}", f"seed={seed}", "trainer.enable_progress_bar=false",
+           "trainer.enable_model_summary=false"]
+    if args.quick:
+        out += [*QUICK[task], *QUICK_COMMON]
+    return [*out, *args.override, *args.per_task.get(task, [])]
+
+
+def unit_state(folder: Path) -> str:
+    if (folder / "result.json").is_file():
+        return "done"
+    if (folder / "progress.json").is_file():
+        progress = json.loads((folder / "progress.json").read_text())
+        return f"in progress ({len(progress.get('history', []))} validations)"
+    if (folder / "failed.json").is_file():
+        return "failed: " + json.loads((folder / "failed.json").read_text()).get("error", "?")[-200:]
+    return "not started"
+
+
+# Shared by both arms in the child: the training clock ----------------------------------------------
+def cpu_seconds() -> float:
+    """This process's CPU time (user + system, all threads; children not included)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class TrainClock:
+    """Cumulative training wall and CPU seconds over the segments of a unit (a resumed segment starts
+    from the values its checkpoint stored), with evaluation and checkpoint writing left out: between
+    ``pause()`` and ``resume()`` (evaluation) and inside ``excluded()`` (a checkpoint write) the clock
+    stands still, and those seconds are counted apart. Also holds the per-validation history and a
+    fingerprint of every training batch (examples, real tokens, sum of real token ids) per epoch."""
+
+    MOD = (1 << 61) - 1
+
+    def __init__(self) -> None:
+        self.base = {"wall": 0.0, "cpu": 0.0}
+        self.eval_total = {"wall": 0.0, "cpu": 0.0}
+        self.save_total = {"wall": 0.0, "cpu": 0.0}
+        self.history: list[dict[str, Any]] = []
+        self.fingerprints: dict[str, list[int]] = {}  # epoch -> [hash, steps]
+        self.restored_step = 0
+        self.segment_start: tuple[float, float] | None = None
+        self.excluded_wall = self.excluded_cpu = 0.0
+        self.paused_at: tuple[float, float] | None = None
+        self.peak_rss_before_eval: float | None = None
+
+    @staticmethod
+    def now() -> tuple[float, float]:
+        return time.perf_counter(), cpu_seconds()
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint stores (plain types: checkpoints are read with torch's weights-only unpickler)."""
+        wall, cpu = self.reading()
+        return {"wall": wall, "cpu": cpu, "eval": dict(self.eval_total), "save": dict(self.save_total),
+                "history": json.loads(json.dumps(self.history)), "fingerprints": json.loads(json.dumps(self.fingerprints))}
+
+    def restore(self, state: dict[str, Any] | None, step: int) -> None:
+        if not state:
+            return
+        self.base = {"wall": float(state["wall"]), "cpu": float(state["cpu"])}
+        self.eval_total = {k: float(v) for k, v in state["eval"].items()}
+        self.save_total = {k: float(v) for k, v in state["save"].items()}
+        self.history = list(state["history"])
+        self.fingerprints = {k: list(v) for k, v in state["fingerprints"].items()}
+        self.restored_step = step
+
+    def start_segment(self) -> None:
+        self.segment_start = self.now()
+        self.excluded_wall = self.excluded_cpu = 0.0
+        self.paused_at = None
+
+    def reading(self) -> tuple[float, float]:
+        if self.segment_start is None:
+            return self.base["wall"], self.base["cpu"]
+        wall, cpu = self.paused_at or self.now()
+        return (self.base["wall"] + wall - self.segment_start[0] - self.excluded_wall,
+                self.base["cpu"] + cpu - self.segment_start[1] - self.excluded_cpu)
+
+    def pause(self) -> None:
+        if self.paused_at is None and self.segment_start is not None:
+            self.paused_at = self.now()
+            if self.peak_rss_before_eval is None:
+                self.peak_rss_before_eval = peak_rss_mib()
+
+    def resume(self) -> tuple[float, float]:
+        """Restart after an evaluation; returns its (wall, cpu) seconds."""
+        if self.paused_at is None:
+            return 0.0, 0.0
+        wall, cpu = self.now()
+        spent = (wall - self.paused_at[0], cpu - self.paused_at[1])
+        self.excluded_wall += spent[0]
+        self.excluded_cpu += spent[1]
+        self.eval_total["wall"] += spent[0]
+        self.eval_total["cpu"] += spent[1]
+        self.paused_at = None
+        return spent
+
+    @contextlib.contextmanager
+    def excluded(self):
+        """A checkpoint write: not training time (unless the clock already stands, in an evaluation)."""
+        start = self.now()
+        try:
+            yield
+        finally:
+            if self.paused_at is None and self.segment_start is not None:
+                wall, cpu = self.now()
+                self.excluded_wall += wall - start[0]
+                self.excluded_cpu += cpu - start[1]
+                self.save_total["wall"] += wall - start[0]
+                self.save_total["cpu"] += cpu - start[1]
+
+    def batch(self, epoch: int, batch: Any) -> None:
+        mask = batch["attention_mask"].bool()
+        values = (int(mask.shape[0]), int(mask.sum()), int(batch["input_ids"][mask].sum()))
+        h, n = self.fingerprints.get(str(epoch), [0, 0])
+        for v in values:
+            h = (h * 1_000_003 + v) % self.MOD
+        self.fingerprints[str(epoch)] = [h, n + 1]
+
+    def record(self, step: int, steps_per_epoch: int, metrics: dict[str, float], eval_spent: tuple[float, float],
+               train_reading: tuple[float, float]) -> dict[str, Any]:
+        entry = {"step": step, "epoch": round(step / steps_per_epoch, 4), "train_wall_s": train_reading[0],
+                 "train_cpu_s": train_reading[1], "eval_wall_s": eval_spent[0], "eval_cpu_s": eval_spent[1],
+                 "eval_wall_total_s": self.eval_total["wall"], "eval_cpu_total_s": self.eval_total["cpu"],
+                 "peak_rss_mib": peak_rss_mib(), "metrics": metrics, "time": time.time()}
+        self.history.append(entry)
+        return entry
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def kill_now_if(spec: dict[str, Any], step: int) -> None:
+    """--quick: the first attempt of a unit dies (SIGKILL, no clean-up) once it reaches the given step."""
+    at = spec.get("kill_at_step")
+    if at and spec["attempt"] == 1 and step >= at:
+        print(f"[quick] killing this attempt at step {step} to exercise resuming", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main_metric_of(cfg: Any) -> str:
+    return str(cfg.task.main_metric)
+
+
+def versions() -> dict[str, str]:
+    import lightning
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "lightning": lightning.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "host": socket.gethostname()}
+
+
+# The sesame arm ---------------------------------------------------------------------------------------
+def child_sesame(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
+    import lightning as L
+    from sesame.tasks import runner
+    from sesame.tasks.checkpoint_callbacks import AtomicCheckpointIO
+
+    clock = TrainClock()
+    run_dir = folder / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    overrides = [*spec["overrides"], *ARMS[spec["arm"]]["overrides"]]
+    if spec.get("ckpt_steps"):
+        overrides.append(f"checkpoint.every_n_train_steps={spec['ckpt_steps']}")
+    resuming = last.is_file()
+    if resuming:
+        overrides.append("resume=true")
+    elif run_dir.exists():
+        overrides.append("overwrite=true")
+    info: dict[str, Any] = {}
+
+    class Study(L.Callback):
+        def on_train_start(self, trainer, module):
+            info["steps_per_epoch"] = int(trainer.num_training_batches)
+            info["train_examples"] = len(trainer.datamodule.dataset("train"))
+            info["restored_step"] = int(trainer.global_step)
+            clock.start_segment()
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            kill_now_if(spec, trainer.global_step)
+            clock.batch(trainer.current_epoch, batch)
+
+        def on_validation_start(self, trainer, module):
+            if trainer.state.fn == "fit" and not trainer.sanity_checking:
+                clock.pause()
+
+        def on_validation_end(self, trainer, module):
+            if trainer.state.fn != "fit" or trainer.sanity_checking:
+                return
+            reading = clock.reading()
+            spent = clock.resume()
+            metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+            entry = clock.record(int(trainer.global_step), info["steps_per_epoch"], metrics, spent, reading)
+            print(f"[validation] step {entry['step']} epoch {entry['epoch']}: {info['main']} "
+                  f"{metrics.get(info['main'])}, train {reading[0]:.0f} s wall / {reading[1]:.0f} s CPU", flush=True)
+            write_json(folder / "progress.json", {"history": clock.history, "time": time.time()})
+
+        def on_save_checkpoint(self, trainer, module, checkpoint):
+            checkpoint["study_clock"] = clock.state()
+
+        def on_load_checkpoint(self, trainer, module, checkpoint):
+            clock.restore(checkpoint.get("study_clock"), int(checkpoint.get("global_step", 0)))
+
+        def on_train_end(self, trainer, module):
+            info["train_reading"] = clock.reading()
+
+    build = runner.build_trainer
+    runner.build_trainer = lambda cfg, run_dir, monitor, extra_callbacks=None, **kw: build(
+        cfg, run_dir, monitor, [*(extra_callbacks or []), Study()], **kw)
+    save = AtomicCheckpointIO.save_checkpoint
+
+    def timed_save(self, checkpoint, path, storage_options=None):
+        with clock.excluded():
+            return save(self, checkpoint, path, storage_options)
+
+    AtomicCheckpointIO.save_checkpoint = timed_save
+    try:
+        cfg = compose("config", overrides)
+        check_mirrorable(cfg)
+        info["main"] = main_metric_of(cfg)
+        print(f"[sesame] {'resuming from ' + str(last) if resuming else 'starting'}: {' '.join(overrides)}", flush=True)
+        metrics = runner.train(cfg, run_dir)
+    finally:
+        runner.build_trainer = build
+        AtomicCheckpointIO.save_checkpoint = save
+    wall, cpu = info.get("train_reading", clock.reading())
+    return {"settings": settings_of(cfg), "main_metric": main_metric_of(cfg), "overrides": overrides,
+            "best": metrics, "best_step": metrics.get("best_step"), "train_wall_s": wall, "train_cpu_s": cpu,
+            "eval_wall_s": clock.eval_total["wall"], "eval_cpu_s": clock.eval_total["cpu"],
+            "save_wall_s": clock.save_total["wall"], "save_cpu_s": clock.save_total["cpu"],
+            "history": clock.history, "fingerprints": clock.fingerprints,
+            "steps_per_epoch": info.get("steps_per_epoch"), "train_examples": info.get("train_examples"),
+            "restored_step": info.get("restored_step", 0), "peak_rss_before_eval_mib": clock.peak_rss_before_eval,
+            "run_dir": str(run_dir)}
+
+
+# The Trainer arm --------------------------------------------------------------------------------------
+def hf_model_for(kind: str, path: str, cfg: Any, datamodule: Any) -> Any:
+    """The transformers model of the task: sequence (GLUE; STS-B a 1-output regression), token (NER), qa."""
+    from transformers import (
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
+
+    if kind == "qa":
+        return AutoModelForQuestionAnswering.from_pretrained(path)
+    if kind == "token":
+        names = list(datamodule.tag_names)
+        return AutoModelForTokenClassification.from_pretrained(
+            path, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+    names = cfg.data.get("label_names")
+    if not names:  # regression (STS-B)
+        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, problem_type="regression")
+    names = list(names)
+    return AutoModelForSequenceClassification.from_pretrained(
+        path, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+
+
+def rng_state() -> tuple[Any, ...]:
+    import numpy as np
+    import torch
+
+    return torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def set_rng_state(state: tuple[Any, ...]) -> None:
+    import numpy as np
+    import torch
+
+    torch.random.set_rng_state(state[0])
+    np.random.set_state(state[1])
+    random.setstate(state[2])
+
+
+def hf_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """The Trainer's checkpoint-<step> folders that are complete (hold the study clock), oldest first;
+    incomplete ones (killed while being written) are removed."""
+    found = []
+    for path in output_dir.glob("checkpoint-*"):
+        if (path / "study_clock.json").is_file():
+            found.append((int(path.name.split("-")[1]), path))
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    return sorted(found)
+
+
+def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
+    import torch
+    from sesame.tasks.batching import ResumableShuffleSampler
+    from sesame.tasks.encoder import resolve_name_or_path
+    from sesame.tasks.runner import build_datamodule, config_with_data
+    from transformers import (
+        DataCollatorForTokenClassification,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
+
+    kind = spec["hf"]
+    overrides = list(spec["overrides"])
+    cfg = compose("config", overrides)
+    check_mirrorable(cfg)
+    settings = settings_of(cfg)
+    main = main_metric_of(cfg)
+    epochs = int(cfg.trainer.max_epochs)
+    optim = sesame_optim(cfg)
+    datamodule = build_datamodule(cfg)
+    datamodule.setup("fit")
+    cfg = config_with_data(cfg, datamodule)
+    tokenizer = datamodule.tokenizer
+    examples = HFExamples(datamodule.dataset("train"), HF_KEYS[kind])
+    steps_per_epoch = math.ceil(len(examples) / settings["batch_size"])
+    total_steps = steps_per_epoch * epochs
+    set_seed(settings["seed"])
+    model = hf_model_for(kind, resolve_name_or_path(str(cfg.encoder.name_or_path)), cfg, datamodule)
+    collator = DataCollatorForTokenClassification(tokenizer) if kind == "token" else DataCollatorWithPadding(tokenizer)
+    output_dir = folder / "hf"
+    best_dir, epoch_dir = folder / "hf_best", folder / "hf_epoch_model"
+    clock = TrainClock()
+    done = hf_checkpoints(output_dir) if output_dir.is_dir() else []
+    resume_from = None
+    if done:
+        step, resume_from = done[-1]
+        clock.restore(json.loads((resume_from / "study_clock.json").read_text()), step)
+    best = json.loads((best_dir / "study_best.json").read_text()) if (best_dir / "study_best.json").is_file() else None
+    if best and best["step"] > clock.restored_step:  # a best model the resumed history does not hold
+        shutil.rmtree(best_dir, ignore_errors=True)
+        best = None
+    dev_overrides = [*overrides, "data.test_file=null"]
+    stopping = {"sigterm": False}
+    signal.signal(signal.SIGTERM, lambda *_: stopping.update(sigterm=True))
+
+    def evaluate_epoch(trained: Any, step: int) -> None:
+        nonlocal best
+        clock.pause()
+        reading = clock.reading()
+        state = rng_state()
+        shutil.rmtree(epoch_dir, ignore_errors=True)
+        trained.save_pretrained(str(epoch_dir))
+        tokenizer.save_pretrained(str(epoch_dir))
+        eval_dir = folder / "hf_eval" / f"step{step}"
+        shutil.rmtree(eval_dir, ignore_errors=True)
+        _, metrics = evaluate_hf(dev_overrides, epoch_dir, eval_dir)
+        set_rng_state(state)
+        trained.train()
+        value = metrics.get(main)
+        if value is not None and (best is None or value > best["value"]):
+            shutil.rmtree(best_dir, ignore_errors=True)
+            epoch_dir.rename(best_dir)
+            best = {"step": step, "value": value}
+            write_json(best_dir / "study_best.json", best)
+        else:
+            shutil.rmtree(epoch_dir, ignore_errors=True)
+        spent = clock.resume()
+        metrics = {k: float(v) for k, v in metrics.items() if k.startswith("val_") and isinstance(v, (int, float))}
+        clock.record(step, steps_per_epoch, metrics, spent, reading)
+        print(f"[validation] step {step} epoch {step / steps_per_epoch:.2f}: {main} {value}, train "
+              f"{reading[0]:.0f} s wall / {reading[1]:.0f} s CPU, eval {spent[0]:.0f} s", flush=True)
+        write_json(folder / "progress.json", {"history": clock.history, "time": time.time()})
+
+    class Study(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            clock.start_segment()
+
+        def on_step_begin(self, args, state, control, **kw):
+            kill_now_if(spec, state.global_step)
+
+        def on_step_end(self, args, state, control, **kw):
+            if stopping["sigterm"]:
+                control.should_save = True
+                control.should_training_stop = True
+
+        def on_epoch_end(self, args, state, control, model=None, **kw):
+            if stopping["sigterm"] or state.global_step % steps_per_epoch:
+                return
+            evaluate_epoch(model, state.global_step)
+            control.should_save = True  # last checkpoint after every validation, as sesame's last.ckpt
+
+    class ReferenceTrainer(Trainer):
+        """The Trainer with sesame's learning-rate groups and sesame's batches (benchmarks/train_speed.py)."""
+
+        def create_optimizer(self, model: Any = None) -> Any:
+            if self.optimizer is None:
+                decay = set(self.get_decay_parameter_names(self.model))
+                named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+                groups = []
+                for head, lr in ((False, self.args.learning_rate), (True, settings["head_lr"])):
+                    part = [(n, p) for n, p in named if head_parameter(self.model, n) == head]
+                    for decayed, wd in ((True, self.args.weight_decay), (False, 0.0)):
+                        params = [p for n, p in part if (n in decay) == decayed]
+                        if params:
+                            groups.append({"params": params, "lr": lr, "weight_decay": wd})
+                optimizer_cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
+                self.optimizer = optimizer_cls(groups, **kwargs)
+            return self.optimizer
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            return ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed)
+
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+            clock.batch(self.state.global_step // steps_per_epoch, inputs)
+            return super().training_step(model, inputs, num_items_in_batch)
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            with clock.excluded():
+                super()._save_checkpoint(model, trial)
+                path = output_dir / f"checkpoint-{self.state.global_step}"
+                write_json(path / "study_clock.json", clock.state())
+                for step, old in hf_checkpoints(output_dir):
+                    if old != path:
+                        shutil.rmtree(old, ignore_errors=True)
+
+    args = TrainingArguments(
+        output_dir=str(output_dir), num_train_epochs=epochs, per_device_train_batch_size=settings["batch_size"],
+        learning_rate=settings["encoder_lr"], weight_decay=settings["weight_decay"], adam_epsilon=settings["adam_epsilon"],
+        lr_scheduler_type="linear", warmup_steps=int(settings["warmup_ratio"] * total_steps),
+        max_grad_norm=settings["gradient_clip_val"] or 0.0, optim=optim, seed=settings["seed"],
+        **sampling_argument(TrainingArguments, False),
+        logging_strategy="steps", logging_steps=settings["log_every_n_steps"],
+        save_strategy="steps" if spec.get("ckpt_steps") else "no", save_steps=spec.get("ckpt_steps") or 500,
+        eval_strategy="no", report_to="none", disable_tqdm=True, remove_unused_columns=False,
+        dataloader_num_workers=settings["num_workers"], dataloader_pin_memory=torch.cuda.is_available(),
+    )
+    trainer = ReferenceTrainer(model=model, args=args, train_dataset=examples, data_collator=collator,
+                               processing_class=tokenizer, callbacks=[Study()])
+    print(f"[hf] {'resuming from ' + str(resume_from) if resume_from else 'starting'}: {' '.join(overrides)}; "
+          f"{len(examples)} examples, {steps_per_epoch} steps/epoch, optim {optim}", flush=True)
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    if stopping["sigterm"]:
+        print("[hf] stopped by SIGTERM with a checkpoint; rerun to resume", flush=True)
+        sys.exit(EXIT_STOPPED)
+    wall, cpu = clock.reading()
+    # The best dev epoch's model, scored again with the test set where the task has one (as sesame's best.ckpt).
+    best_metrics: dict[str, Any] = {}
+    if best is not None:
+        test_file = cfg.data.get("test_file")
+        if test_file:
+            eval_dir = folder / "hf_eval" / "best"
+            shutil.rmtree(eval_dir, ignore_errors=True)
+            _, best_metrics = evaluate_hf(overrides, best_dir, eval_dir)
+        else:
+            best_metrics = next(e["metrics"] for e in clock.history if e["step"] == best["step"])
+        best_metrics = {**best_metrics, "best_step": best["step"]}
+    return {"settings": {**settings, "epochs": epochs}, "main_metric": main, "overrides": overrides, "hf_optim": optim,
+            "best": best_metrics, "best_step": best["step"] if best else None, "train_wall_s": wall, "train_cpu_s": cpu,
+            "eval_wall_s": clock.eval_total["wall"], "eval_cpu_s": clock.eval_total["cpu"],
+            "save_wall_s": clock.save_total["wall"], "save_cpu_s": clock.save_total["cpu"],
+            "history": clock.history, "fingerprints": clock.fingerprints, "steps_per_epoch": steps_per_epoch,
+            "train_examples": len(examples), "restored_step": clock.restored_step,
+            "peak_rss_before_eval_mib": clock.peak_rss_before_eval, "model": type(model).__name__}
+
+
+def child(spec_file: Path) -> None:
+    """One segment of one unit (``--child``): train (resuming where it can), evaluate, write result.json."""
+    spec = json.loads(spec_file.read_text())
+    folder = spec_file.parent
+    import torch
+
+    torch.set_num_threads(int(spec["threads"]))
+    from sesame.tasks.resolvers import register_resolvers
+
+    register_resolvers()
+    started = time.time()
+    side = ARMS[spec["arm"]]["side"]
+    result = child_sesame(spec, folder) if side == "sesame" else child_hf(spec, folder)
+    history = result["history"]
+    result.update(
+        task=spec["task"], arm=spec["arm"], seed=spec["seed"], preset=TASKS[spec["task"]]["preset"],
+        final={"step": history[-1]["step"], **history[-1]["metrics"]} if history else {},
+        peak_rss_segment_mib=peak_rss_mib(), threads=torch.get_num_threads(), versions=versions(),
+        commit=spec["commit"], data_dir=spec["data_dir"], segment_seconds=time.time() - started,
+        finished=datetime.datetime.now().isoformat(timespec="seconds"), quick=spec.get("quick", False),
+    )
+    write_json(folder / "result.child.json", result)
+
+
+# The parent --------------------------------------------------------------------------------------------
+def git_commit() -> dict[str, Any]:
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+class Stop:
+    """SIGTERM / SIGINT to the study: pass it to the running child (which checkpoints and exits), then stop."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.child: subprocess.Popen | None = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.handle)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        print(f"[study] signal {signum}: stopping the running unit at its next step (checkpointed)", flush=True)
+        if self.child and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+
+def run_attempt(args: argparse.Namespace, unit: dict[str, Any], folder: Path, attempt: int, stop: Stop,
+                meta: dict[str, Any]) -> dict[str, Any]:
+    task = unit["task"]
+    spec = {**unit, "hf": TASKS[task]["hf"], "overrides": unit_overrides(args, task, unit["seed"]),
+            "ckpt_steps": 2 if args.quick else TASKS[task]["ckpt_steps"], "threads": args.threads,
+            "attempt": attempt, "kill_at_step": QUICK_KILL_AT if args.quick else None, "quick": args.quick,
+            "commit": meta["commit"], "data_dir": meta["data_dir"]}
+    write_json(folder / "spec.json", spec)
+    env = {**os.environ, **OFFLINE, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+           "SESAME_DATA_DIR": meta["data_dir"], "PYTHONUNBUFFERED": "1"}
+    started = time.time()
+    with open(folder / "child.log", "a") as log:
+        log.write(f"\n===== attempt {attempt} {datetime.datetime.now().isoformat(timespec='seconds')} =====\n")
+        log.flush()
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(folder / "spec.json")],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
+        stop.child = proc
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stop.child = None
+    record = {"attempt": attempt, "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+              "wall_s": time.time() - started, "cpu_s": usage.ru_utime + usage.ru_stime,
+              "peak_rss_mib": usage.ru_maxrss / 1024, "returncode": proc.returncode}
+    attempts = json.loads((folder / "attempts.json").read_text()) if (folder / "attempts.json").is_file() else []
+    write_json(folder / "attempts.json", [*attempts, record])
+    return record
+
+
+def finish_unit(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """Merge the child's result with every attempt's cost; drop resume state unless kept."""
+    result = json.loads((folder / "result.child.json").read_text())
+    attempts = json.loads((folder / "attempts.json").read_text())
+    result["attempts"] = attempts
+    result["peak_rss_mib"] = max(a["peak_rss_mib"] for a in attempts)
+    result["all_attempts_wall_s"] = sum(a["wall_s"] for a in attempts)
+    result["all_attempts_cpu_s"] = sum(a["cpu_s"] for a in attempts)
+    write_json(folder / "result.json", result)
+    (folder / "result.child.json").unlink()
+    (folder / "failed.json").unlink(missing_ok=True)
+    if not args.keep_checkpoints:
+        (folder / "run" / "checkpoints" / "last.ckpt").unlink(missing_ok=True)
+        for path in (folder / "hf").glob("checkpoint-*") if (folder / "hf").is_dir() else []:
+            shutil.rmtree(path, ignore_errors=True)
+    return result
+
+
+def describe(result: dict[str, Any]) -> str:
+    main = result["main_metric"]
+    value = result["final"].get(main)
+    return (f"{main} {value:.4f} (final epoch), train {result['train_wall_s'] / 60:.1f} min wall / "
+            f"{result['train_cpu_s'] / 60:.1f} min CPU, eval {result['eval_wall_s'] / 60:.1f} min, peak RSS "
+            f"{result['peak_rss_mib']:.0f} MiB, {len(result['attempts'])} attempt(s)") if value is not None else "no metric"
+
+
+def run_study(args: argparse.Namespace) -> None:
+    from sesame.tasks.paths import data_dir_path
+
+    data_dir = str(Path(data_dir_path()).resolve())
+    if not args.quick:
+        missing = [f"{data_dir}/{f}" for t in args.tasks for f in TASKS[t]["files"] if not Path(data_dir, f).is_file()]
+        if missing:
+            sys.exit(f"error: missing data files {missing}; set SESAME_DATA_DIR (now {data_dir}) or use --quick")
+    if args.quick and args.out.exists():
+        shutil.rmtree(args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    lock_file = open(args.out / ".study.lock", "w")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"error: another study process is running in {args.out} (see its RUNNING.md / study.log)")
+    lock_file.write(f"{os.getpid()}\n")
+    lock_file.flush()
+    meta = {"commit": git_commit(), "data_dir": data_dir}
+    units = plan(args)
+    stop = Stop()
+    ran = 0
+    print(f"[study] {len(units)} units into {args.out}; data {data_dir}; commit {meta['commit']}", flush=True)
+    for i, unit in enumerate(units, 1):
+        folder = unit_dir(args.out, unit)
+        name = f"{unit['task']}/{unit['arm']}/seed{unit['seed']}"
+        if (folder / "result.json").is_file():
+            print(f"[study] {i}/{len(units)} {name}: done, skipped", flush=True)
+            continue
+        if stop.requested or (args.max_units is not None and ran >= args.max_units):
+            break
+        folder.mkdir(parents=True, exist_ok=True)
+        ran += 1
+        print(f"[study] {i}/{len(units)} {name}: {unit_state(folder)} -> running", flush=True)
+        for attempt in range(1, args.retries + 2):
+            previous = json.loads((folder / "attempts.json").read_text()) if (folder / "attempts.json").is_file() else []
+            record = run_attempt(args, unit, folder, len(previous) + 1, stop, meta)
+            if record["returncode"] == 0 and (folder / "result.child.json").is_file():
+                result = finish_unit(args, folder)
+                print(f"[study] {name}: {describe(result)}", flush=True)
+                break
+            print(f"[study] {name}: attempt exited {record['returncode']} after {record['wall_s']:.0f} s "
+                  f"({folder / 'child.log'})", flush=True)
+            if stop.requested:
+                break
+        else:
+            tail = (folder / "child.log").read_text()[-3000:]
+            write_json(folder / "failed.json", {"error": tail.strip().splitlines()[-1] if tail.strip() else "?",
+                                                "log_tail": tail, "time": time.time()})
+            print(f"[study] {name}: FAILED, moving on; {folder / 'child.log'}:\n{tail[-1500:]}", flush=True)
+        if stop.requested:
+            print("[study] stopped on request; rerun the same command to resume", flush=True)
+            break
+        safe_report(args)
+    safe_report(args)
+    print(f"[study] finished this invocation: {ran} unit(s) run", flush=True)
+
+
+def safe_report(args: argparse.Namespace) -> None:
+    """The running report (<out>/report/): a failure to write it never stops the study."""
+    try:
+        write_report(args, args.report_file or args.out / "report" / "full_data_study.md")
+    except Exception as error:  # noqa: BLE001
+        print(f"[study] could not write the report: {error!r}", flush=True)
+
+
+# The report -------------------------------------------------------------------------------------------
+def load_results(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob("units/*/*/seed*/result.json"))]
+
+
+def mean_std(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.4f} (n=1)"
+    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f} (n={len(values)})"
+
+
+def reach(history: list[dict[str, Any]], metric: str, target: float, key: str) -> float | None:
+    """Training seconds (``key``) at the first validation whose ``metric`` reaches ``target``."""
+    for entry in history:
+        value = entry["metrics"].get(metric)
+        if value is not None and value >= target:
+            return entry[key]
+    return None
+
+
+def time_to_accuracy(results: list[dict[str, Any]], arm: str = "sesame", ref: str = "hf") -> list[dict[str, Any]]:
+    """Per task and seed where both arms finished: sesame's training CPU (and wall) seconds to reach the
+    Trainer's final dev metric, over the Trainer's CPU (wall) seconds for its whole run."""
+    by = {(r["task"], r["arm"], r["seed"]): r for r in results}
+    rows = []
+    for (task, a, seed), r in sorted(by.items()):
+        if a != arm or (task, ref, seed) not in by:
+            continue
+        h = by[(task, ref, seed)]
+        metric = r["main_metric"]
+        target = h["final"].get(metric)
+        cpu = reach(r["history"], metric, target, "train_cpu_s") if target is not None else None
+        wall = reach(r["history"], metric, target, "train_wall_s") if target is not None else None
+        rows.append({"task": task, "seed": seed, "metric": metric, "target": target, "arm_final": r["final"].get(metric),
+                     "arm_cpu_to_target": cpu, "ref_cpu": h["train_cpu_s"], "arm_cpu": r["train_cpu_s"],
+                     "cpu_ratio": cpu / h["train_cpu_s"] if cpu is not None else None,
+                     "wall_ratio": wall / h["train_wall_s"] if wall is not None else None,
+                     "total_cpu_ratio": r["train_cpu_s"] / h["train_cpu_s"],
+                     "same_batches": r.get("fingerprints") == h.get("fingerprints")})
+    return rows
+
+
+def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    colours = {"sesame": "tab:blue", "hf": "tab:orange", "sesame_fast": "tab:green"}
+    for task in dict.fromkeys(r["task"] for r in results):
+        rows = [r for r in results if r["task"] == task]
+        metric = rows[0]["main_metric"]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        for ax, key, label in ((axes[0], "train_cpu_s", "training CPU time (min, user+sys)"),
+                               (axes[1], "train_wall_s", "training wall time (min)")):
+            for r in rows:
+                xs = [0.0] + [e[key] / 60 for e in r["history"]]
+                ys = [None] + [e["metrics"].get(metric) for e in r["history"]]
+                ax.plot(xs[1:], ys[1:], marker="o", color=colours.get(r["arm"], "grey"), alpha=0.8,
+                        label=f"{r['arm']} seed {r['seed']}", linestyle="-" if r["seed"] == 1 else "--" if r["seed"] == 2 else ":")
+            ax.set_xlabel(label)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel(f"dev {metric.removeprefix('val_')} (after each epoch)")
+        axes[1].legend(fontsize=7)
+        fig.suptitle(f"{TASKS.get(task, {}).get('label', task)}: dev metric against training time (evaluation excluded)")
+        fig.tight_layout()
+        path = folder / f"{task}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def fmt(value: Any, spec: str = ".4f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def write_report(args: argparse.Namespace, path: Path) -> Path:
+    results = load_results(args.out)
+    path = path.resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figures = plot(results, path.parent / path.stem)
+    lines = [
+        "# Full-data study: sesame against the transformers Trainer (issue 25)", "",
+        f"Written {datetime.datetime.now().isoformat(timespec='minutes')} by `python benchmarks/full_data_study.py "
+        f"--report` from {len(results)} finished units in `{args.out}`"
+        + (" (**--quick pipeline check: shipped slices, a few steps; the numbers mean nothing**)" if args.quick else "") + ".",
+        "",
+        ("Each unit is one full training run (task, arm, seed) in its own process on one torch thread (2 shared CPU cores, "
+         "`nice -n 19`), validated after every epoch. Arms: `sesame` = `sesame-train +experiment=full_<task>` as shipped; "
+         "`hf` = transformers' `Trainer` with `AutoModelFor...` on sesame's own training examples and batches (same "
+         "tokenisation, shuffle, seed, epochs, batch size, learning rate, warm-up, weight decay, clipping, AdamW), "
+         "each epoch's model scored by sesame's evaluation path (the same scorer). Training time excludes evaluation "
+         "and checkpoint writing (counted apart); CPU = process user+sys. Dev metrics are of the final epoch "
+         "(and of the best dev epoch, which both arms keep: sesame's best.ckpt, the Trainer arm's best saved epoch); NER "
+         "test F1 is the best dev epoch's. ± is the sample standard deviation over seeds."),
+        "",
+    ]
+    if not results:
+        lines += ["No unit has finished yet.", ""]
+    if results:
+        lines += ["## Recipes (from the finished units' settings)", "",
+                  "| task | epochs | batch | lr (encoder / head) | max length | warm-up | weight decay | clip |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for task in dict.fromkeys(r["task"] for r in results):
+            r = next(x for x in results if x["task"] == task)
+            s = r["settings"]
+            epochs = r["history"][-1]["epoch"] if r["history"] else 0
+            lines.append(f"| {r['task']} | {epochs:g} | {s['batch_size']} | {s['encoder_lr']:g} / {s['head_lr']:g} | "
+                             f"{s['max_seq_length']} | {s['warmup_ratio']:g} of steps | {s['weight_decay']:g} | {s['gradient_clip_val']} |")
+        lines.append("")
+    tasks = list(dict.fromkeys(r["task"] for r in results))
+    arms = list(dict.fromkeys(r["arm"] for r in results))
+    if results:
+        lines += ["## Dev (and test) metrics, mean ± std over seeds", "",
+                  "| task | metric | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
+        for task in tasks:
+            rows = [r for r in results if r["task"] == task]
+            keys = ["val_" + k for k in ("accuracy", "f1", "matthews_correlation", "pearson", "spearmanr", "exact_match")]
+            present = [k for k in keys if any(k in r["final"] for r in rows)]
+            for key in present:
+                cells = [mean_std([r["final"].get(key) for r in rows if r["arm"] == a]) for a in arms]
+                lines.append(f"| {task} | dev {key[4:]}, final epoch | " + " | ".join(cells) + " |")
+            main = rows[0]["main_metric"]
+            cells = [mean_std([r["best"].get(main) for r in rows if r["arm"] == a]) for a in arms]
+            lines.append(f"| {task} | dev {main[4:]}, best epoch | " + " | ".join(cells) + " |")
+            if any("test_f1" in r["best"] for r in rows):
+                cells = [mean_std([r["best"].get("test_f1") for r in rows if r["arm"] == a]) for a in arms]
+                lines.append(f"| {task} | test f1 (best dev epoch) | " + " | ".join(cells) + " |")
+        lines.append("")
+        tta = time_to_accuracy(results)
+        if tta:
+            lines += ["## Time to accuracy", "",
+                      ("sesame's training CPU time until its first validation at or above the Trainer's final dev "
+                       "metric (same seed), over the Trainer's training CPU time; below 1: sesame got there sooner. "
+                       "Resolution is one epoch (validations are per epoch). `total` = sesame's whole run over the "
+                       "Trainer's. Same batches: the per-epoch fingerprints of every training batch (examples, real "
+                       "tokens, sum of token ids) agree between the arms."), "",
+                      "| task | seed | metric | Trainer final | sesame final | sesame CPU to reach (min) | Trainer CPU (min) | "
+                      "ratio CPU | ratio wall | total CPU ratio | same batches |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+            for t in tta:
+                lines.append(
+                    f"| {t['task']} | {t['seed']} | {t['metric'][4:]} | {fmt(t['target'])} | {fmt(t['arm_final'])} | "
+                    f"{fmt(t['arm_cpu_to_target'] / 60 if t['arm_cpu_to_target'] is not None else None, '.1f')} | "
+                    f"{t['ref_cpu'] / 60:.1f} | {fmt(t['cpu_ratio'], '.2f') if t['cpu_ratio'] is not None else 'not reached'} | "
+                    f"{fmt(t['wall_ratio'], '.2f')} | {t['total_cpu_ratio']:.2f} | {'yes' if t['same_batches'] else 'NO'} |")
+            lines.append("")
+            lines += ["Per task (mean ± std over the seeds where sesame reached the target; reached / pairs):", "",
+                      "| task | CPU ratio to reach | reached | total CPU ratio |", "|---|---|---|---|"]
+            for task in dict.fromkeys(t["task"] for t in tta):
+                ts = [t for t in tta if t["task"] == task]
+                reached = [t["cpu_ratio"] for t in ts if t["cpu_ratio"] is not None]
+                lines.append(f"| {task} | {mean_std(reached)} | {len(reached)} / {len(ts)} | "
+                             f"{mean_std([t['total_cpu_ratio'] for t in ts])} |")
+            lines.append("")
+        lines += ["## Cost and memory per unit (mean over seeds)", "",
+                  ("Training wall / CPU: summed over a unit's segments, evaluation and checkpoint writes excluded. "
+                   "Eval: all per-epoch dev evaluations. Peak RSS: the largest `ru_maxrss` of the unit's processes "
+                   "(training and its in-process evaluations; the Trainer arm also loads each epoch's saved model for "
+                   "scoring); 'before eval' = the peak before the first evaluation, i.e. training alone. All attempts: "
+                   "every process of the unit, setup, evaluation and lost work included."), "",
+                  "| task | arm | n | train wall min | train CPU min | eval wall min | steps/epoch | peak RSS MiB (before eval) | "
+                  "peak RSS MiB (all) | attempts | all attempts CPU min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for task in tasks:
+            for arm in arms:
+                rows = [r for r in results if r["task"] == task and r["arm"] == arm]
+                if not rows:
+                    continue
+                avg = lambda k: statistics.fmean(r[k] for r in rows if r.get(k) is not None)  # noqa: E731
+                before = [r["peak_rss_before_eval_mib"] for r in rows if r.get("peak_rss_before_eval_mib")]
+                lines.append(
+                    f"| {task} | {arm} | {len(rows)} | {avg('train_wall_s') / 60:.1f} | {avg('train_cpu_s') / 60:.1f} | "
+                    f"{avg('eval_wall_s') / 60:.1f} | {rows[0]['steps_per_epoch']} | "
+                    f"{statistics.fmean(before) if before else float('nan'):.0f} | {avg('peak_rss_mib'):.0f} | "
+                    f"{sum(len(r['attempts']) for r in rows)} | {avg('all_attempts_cpu_s') / 60:.1f} |")
+        lines.append("")
+    missing = [(u, unit_state(unit_dir(args.out, u))) for u in plan(args)
+               if not (unit_dir(args.out, u) / "result.json").is_file()]
+    lines += ["## Units still missing", ""]
+    lines += [f"- {u['task']} / {u['arm']} / seed {u['seed']}: {state}" for u, state in missing] or ["None."]
+    lines.append("")
+    if figures:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.parent.name}/{p.name})" for p in figures] + [""]
+    elif results:
+        lines += ["(matplotlib is not installed: no plots.)", ""]
+    if results:
+        v, c = results[-1]["versions"], results[-1]["commit"]
+        lines += [f"torch {v['torch']}, transformers {v['transformers']}, lightning {v['lightning']}, python {v['python']}; "
+                  f"commit {c['commit'][:10]} ({c['branch']}{', dirty' if c['dirty'] else ''}); data `{results[-1]['data_dir']}`.", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        child(args.child)
+        return
+    from sesame.tasks.resolvers import register_resolvers
+
+    register_resolvers()
+    if args.plan:
+        for i, unit in enumerate(plan(args), 1):
+            print(f"{i:3d} {unit['task']:10s} {unit['arm']:12s} seed {unit['seed']}: {unit_state(unit_dir(args.out, unit))}")
+        return
+    if args.report:
+        path = write_report(args, args.report_file or (args.out / "report" / "full_data_study.md" if args.quick else DEFAULT_REPORT))
+        print(f"wrote {path}")
+        return
+    run_study(args)
+    if args.quick:
+        results = load_results(args.out)
+        expected = len(plan(args))
+        problems = [f"{len(results)} of {expected} units finished"] if len(results) != expected else []
+        for r in results:
+            if len(r["attempts"]) < 2:
+                problems.append(f"{r['task']}/{r['arm']}: was not resumed ({len(r['attempts'])} attempt)")
+            if not r["history"] or r["final"].get(r["main_metric"]) is None:
+                problems.append(f"{r['task']}/{r['arm']}: no dev metric")
+        for t in time_to_accuracy(results):
+            if not t["same_batches"]:
+                problems.append(f"{t['task']}: the arms trained on different batches")
+        print(f"[quick] report: {args.out / 'report' / 'full_data_study.md'}")
+        if problems:
+            sys.exit("[quick] FAILED: " + "; ".join(problems))
+        print(f"[quick] passed: {len(results)} units, each killed once mid-run and resumed, same batches on both arms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""benchmarks/full_data_study.py without training: the unit plan, the training clock, time to
+accuracy and the report from made-up finished units. (The script's own --quick mode trains both arms
+on the shipped slices, kills each unit once and resumes it: run it by hand, it takes minutes.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "full_data_study.py"
+
+
+@pytest.fixture(scope="module")
+def fds():
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("full_data_study", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plan_is_small_first_with_arms_alternating_per_seed(fds, tmp_path):
+    args = fds.parse_args(["--out", str(tmp_path)])
+    units = fds.plan(args)
+    assert [u["task"] for u in units][:6] == ["rte"] * 6
+    assert [(u["arm"], u["seed"]) for u in units[:6]] == [("sesame", 1), ("hf", 1), ("hf", 2), ("sesame", 2),
+                                                          ("sesame", 3), ("hf", 3)]
+    order = list(dict.fromkeys(u["task"] for u in units))
+    assert order == ["rte", "mrpc", "stsb", "cola", "wnut17", "conll2003", "sst2", "squad_v1"]
+    counts = {t: sum(u["task"] == t for u in units) for t in order}
+    assert counts == {"rte": 6, "mrpc": 6, "stsb": 6, "cola": 6, "wnut17": 6, "conll2003": 6, "sst2": 2, "squad_v1": 2}
+
+
+def test_every_task_has_its_preset(fds):
+    conf = SCRIPT.parents[1] / "conf" / "experiment"
+    for task, spec in fds.TASKS.items():
+        text = (conf / f"{spec['preset']}.yaml").read_text()
+        assert text.startswith("# @package _global_"), task
+
+
+def test_clock_leaves_out_evaluation_and_saves_and_survives_a_resume(fds):
+    clock = fds.TrainClock()
+    clock.start_segment()
+    time.sleep(0.05)
+    clock.pause()
+    time.sleep(0.1)  # an evaluation
+    spent = clock.resume()
+    with clock.excluded():
+        time.sleep(0.1)  # a checkpoint write
+    wall, _ = clock.reading()
+    assert spent[0] >= 0.1 and 0.05 <= wall < 0.1
+    state = json.loads(json.dumps(clock.state()))  # what a checkpoint keeps
+    resumed = fds.TrainClock()
+    resumed.restore(state, step=10)
+    resumed.start_segment()
+    time.sleep(0.05)
+    assert resumed.reading()[0] >= wall + 0.05
+    assert resumed.eval_total["wall"] >= 0.1 and resumed.restored_step == 10
+
+
+def fake_result(task, arm, seed, finals, cpu_per_epoch, metric="val_accuracy"):
+    history = [{"step": 10 * (i + 1), "epoch": i + 1.0, "train_wall_s": cpu_per_epoch * (i + 1) * 1.1,
+                "train_cpu_s": cpu_per_epoch * (i + 1), "metrics": {metric: v}} for i, v in enumerate(finals)]
+    return {"task": task, "arm": arm, "seed": seed, "main_metric": metric, "history": history,
+            "final": {"step": history[-1]["step"], metric: finals[-1]}, "best": {metric: max(finals)},
+            "train_wall_s": history[-1]["train_wall_s"], "train_cpu_s": history[-1]["train_cpu_s"], "eval_wall_s": 5.0,
+            "settings": {"batch_size": 32, "encoder_lr": 2e-5, "head_lr": 2e-5, "max_seq_length": 128, "warmup_ratio": 0.1,
+                         "weight_decay": 0.01, "gradient_clip_val": 1.0},
+            "steps_per_epoch": 10, "peak_rss_mib": 1000.0, "peak_rss_before_eval_mib": 900.0, "attempts": [{}],
+            "all_attempts_cpu_s": 400.0, "fingerprints": {"0": [1, 10]},
+            "versions": {"torch": "t", "transformers": "x", "lightning": "l", "python": "p"},
+            "commit": {"commit": "abc", "branch": "study", "dirty": False}, "data_dir": "/data"}
+
+
+def test_time_to_accuracy_and_report(fds, tmp_path):
+    units = tmp_path / "units" / "rte"
+    results = [fake_result("rte", "sesame", 1, [0.55, 0.62, 0.64], 100.0),
+               fake_result("rte", "hf", 1, [0.53, 0.58, 0.60], 120.0)]
+    for r in results:
+        folder = units / r["arm"] / "seed1"
+        folder.mkdir(parents=True)
+        (folder / "result.json").write_text(json.dumps(r))
+    rows = fds.time_to_accuracy(results)
+    assert len(rows) == 1
+    # sesame passes the Trainer's final 0.60 at its second epoch: 200 s of the Trainer's 360 s
+    assert rows[0]["arm_cpu_to_target"] == 200.0 and rows[0]["cpu_ratio"] == pytest.approx(200 / 360)
+    assert rows[0]["same_batches"]
+    args = fds.parse_args(["--out", str(tmp_path), "--tasks", "rte", "--seeds", "2"])
+    report = fds.write_report(args, tmp_path / "report" / "full_data_study.md")
+    text = report.read_text()
+    assert "| rte | 1 | accuracy | 0.6000 | 0.6400 | 3.3 | 6.0 | 0.56 |" in text
+    assert "rte / hf / seed 2: not started" in text and "rte / sesame / seed 2: not started" in text
+    assert "0.6400 (n=1)" in text
