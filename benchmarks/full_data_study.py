@@ -4,13 +4,13 @@ Each unit is one (task, arm, seed): a full training run of the task's recipe
 (``conf/experiment/full_<task>.yaml``, what ``sesame-train +experiment=full_<task>`` runs) with a
 dev evaluation after every epoch, in its own child process (one torch thread), so its peak RSS is its
 own. Arms:
-  sesame       sesame-train's own code (tasks/runner.py ``train``) on the preset: the plain default
+  sesame       sesame-train's own code (tasks/runs/runner.py ``train``) on the preset: the plain default
   hf           transformers' Trainer with AutoModelFor{SequenceClassification,TokenClassification,
                QuestionAnswering} on the very examples and batches sesame trains on (it reads sesame's
                data module; same tokenisation length, shuffle, seed, epochs, batch size, learning
                rate, warm-up, weight decay, clipping, AdamW implementation; benchmarks/train_speed.py).
                After each epoch the model is saved and scored by sesame's evaluation path
-               (tasks/evaluation.py, as `sesame-eval model=<folder>`), the scorer of sesame's arm.
+               (tasks/runs/evaluation.py, as `sesame-eval model=<folder>`), the scorer of sesame's arm.
   sesame_fast  (optional, not in the default --arms) sesame with data.group_by_length=true
 Dev metric after each epoch, cumulative training wall and CPU seconds (process user+sys) at it, final
 and best-epoch dev metrics, test metrics (NER, of the best dev epoch on both arms), peak RSS (per
@@ -359,8 +359,8 @@ def versions() -> dict[str, str]:
 # The sesame arm ---------------------------------------------------------------------------------------
 def child_sesame(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     import lightning as L
-    from sesame.tasks import runner
-    from sesame.tasks.checkpoint_callbacks import AtomicCheckpointIO
+    from sesame.tasks.runs import runner
+    from sesame.tasks.runs.checkpoint_callbacks import AtomicCheckpointIO
 
     clock = TrainClock()
     run_dir = folder / "run"
@@ -493,9 +493,9 @@ def hf_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
 
 def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     import torch
-    from sesame.tasks.batching import ResumableShuffleSampler
-    from sesame.tasks.encoder import resolve_name_or_path
-    from sesame.tasks.runner import build_datamodule, config_with_data
+    from sesame.tasks.inputs.batching import ResumableShuffleSampler
+    from sesame.tasks.encoders.encoder import resolve_name_or_path
+    from sesame.tasks.runs.runner import build_datamodule, config_with_data
     from transformers import (
         DataCollatorForTokenClassification,
         DataCollatorWithPadding,
@@ -666,7 +666,7 @@ def child(spec_file: Path) -> None:
     import torch
 
     torch.set_num_threads(int(spec["threads"]))
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     started = time.time()
@@ -766,7 +766,7 @@ def describe(result: dict[str, Any]) -> str:
 
 
 def run_study(args: argparse.Namespace) -> None:
-    from sesame.tasks.paths import data_dir_path
+    from sesame.tasks.core.paths import data_dir_path
 
     data_dir = str(Path(data_dir_path()).resolve())
     if not args.quick:
@@ -1037,7 +1037,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         child(args.child)
         return
-    from sesame.tasks.resolvers import register_resolvers
+    from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     if args.plan:
