@@ -4,7 +4,8 @@ data settings class (``tasks/<task>/settings.py``). Plain data: importing it loa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.settings import Settings
@@ -37,3 +38,10 @@ class DataSettings(Settings):
                 raise ConfigError(f"data.{key}={value}: use a positive number, or null for all examples")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers}: use 0 (load in the main process) or more")
+
+    @classmethod
+    def before_the_setting(cls, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """``{key: value}`` for data settings whose default changed after they were added: what a run
+        saved before the key existed did (``saved``: its ``cfg.data`` over today's defaults), used instead of today's default
+        when its checkpoint is read (``tasks/saved/config_upgrade.py``). None by default."""
+        return {}

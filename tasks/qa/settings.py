@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.settings import Settings
@@ -29,6 +31,12 @@ class SquadDataSettings(DataSettings):
         check_bad_example_mode(self.on_bad_example)
         if self.train_windows not in TRAIN_WINDOWS:
             raise ConfigError(f"data.train_windows={self.train_windows!r} is not one of {', '.join(TRAIN_WINDOWS)}")
+
+    @classmethod
+    def before_the_setting(cls, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """SQuAD v1 trained only on the windows that hold the answer until ``data.train_windows`` came (and
+        its head then masks [CLS]; the n-best probabilities depend on it)."""
+        return {} if saved.get("version_2_with_negative") else {"train_windows": "with_answer"}
 
     @property
     def trains_null(self) -> bool:

@@ -5,7 +5,8 @@ would make its checkpoint unreadable. A missing key takes the value that
 reproduces what the run did before the setting existed, with a warning naming it: its task's default
 (``sesame-train task=<name>``, with that task's data preset) where the setting was added with the old
 behaviour as its default (``encoder.init=pretrained``, ``data.group_by_length=false``), and the old
-behaviour itself where a default changed later (``BEFORE_THE_SETTING``).
+behaviour itself where a default changed later (the task's data settings class says it:
+``DataSettings.before_the_setting``).
 
 Two kinds of keys are filled without a warning, as they change nothing the model does: the ``task``
 block's class names (``task.predictor``, ``task.export``, ...: the code that serves the task today)
@@ -21,14 +22,10 @@ from typing import Any
 
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
-
-#: Settings whose default changed after they were added: what a run saved before the setting existed
-#: did. {task: {key: value}}. SQuAD v1 trained only on the windows that hold the answer until
-#: ``data.train_windows`` came, and the v1 head then masks [CLS] (its n-best probabilities depend on it).
-BEFORE_THE_SETTING: dict[str, dict[str, Any]] = {"squad_v1": {"data.train_windows": "with_answer"}}
 
 #: The config blocks whose new keys are filled (the others are the trainer's, the logger's, ...).
 UPGRADED_GROUPS = ("encoder", "data", "head", "finetune", "fusion", "pooling")
@@ -72,10 +69,18 @@ def with_added_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if not task:
         return cfg
     defaults = task_defaults(task)
-    for key, value in BEFORE_THE_SETTING.get(task, {}).items():
-        _put(defaults, key, value)
     added = []
-    for group in (*UPGRADED_GROUPS, "task"):
+    # The task's classes first: its data settings class says what a run did before a data setting whose
+    # default changed later existed (DataSettings.before_the_setting).
+    for key, value in _missing(cfg["task"], defaults.get("task") or {}, "task."):
+        _put(cfg, key, value)
+        if key not in QUIET:
+            added.append(f"{key}={value}")
+    if isinstance(cfg.get("data"), Mapping) and isinstance(defaults.get("data"), Mapping):
+        for key, value in get_class(cfg["task"]["data_settings"]).before_the_setting(
+                {**defaults["data"], **cfg["data"]}).items():
+            defaults["data"][key] = value
+    for group in UPGRADED_GROUPS:
         if not isinstance(cfg.get(group), Mapping) or not isinstance(defaults.get(group), Mapping):
             continue
         for key, value in _missing(cfg[group], defaults[group], f"{group}."):
