@@ -33,10 +33,15 @@ from sesame.tasks.inputs.data_settings import DataSettings
 class TaskSettings(Settings):
     """``cfg.task`` (``conf/task/*.yaml``): the task's classes (the one place a task is registered: generic
     code reaches a task only through these names), and the metric that picks the best checkpoint
-    (higher is better), which is also the job's return value in sweeps."""
+    (higher is better), which is also the job's return value in sweeps.
+
+    A task with keys of its own in this block (``task=ner``: ``entity_metric``) names a subclass in
+    ``task.settings``, which reads the whole block; the others name this class.
+    """
 
     group = "task"
     name: str
+    settings: str  # the class that reads this block: TaskSettings, or the task's subclass
     module: str  # the Lightning module class
     datamodule: str  # the Lightning data module class
     predictor: str  # its base.predictor.TaskPredictor subclass (sesame-predict)
@@ -44,7 +49,21 @@ class TaskSettings(Settings):
     data_settings: str  # the settings class of cfg.data
     head_settings: str  # the settings class of cfg.head
     main_metric: str
-    entity_metric: str | None = None  # task=ner only: conlleval | strict
+
+    @classmethod
+    def from_config(cls, block: Mapping[str, Any] | DictConfig | None) -> TaskSettings:
+        """The block read by the class its ``settings`` key names (unknown and missing keys are errors there)."""
+        raw = plain(block) if block is not None else {}
+        chosen = cls
+        if cls is TaskSettings and isinstance(raw, Mapping) and raw.get("settings"):
+            try:
+                chosen = get_class(str(raw["settings"]))
+            except (ImportError, ValueError, AttributeError) as err:
+                raise ConfigError(f"task.settings={raw['settings']!r} names no class that can be imported: {err}. "
+                                  "Fix: name a TaskSettings class as package.module.Class") from None
+            if not (isinstance(chosen, type) and issubclass(chosen, TaskSettings)):
+                raise ConfigError(f"task.settings={raw['settings']!r} is not a TaskSettings class")
+        return super(TaskSettings, chosen).from_config(raw)
 
 
 @dataclass(frozen=True)

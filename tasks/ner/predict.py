@@ -123,7 +123,7 @@ class TaggingPredictor(TaskPredictor):
         super().__init__(runner, **kwargs)
         data = self.settings.data  # NerDataSettings: the trained model's tag set is in it
         self.tag_names = np.asarray([str(n) for n in data.tag_names], dtype=object)
-        self.entity_mode = self.settings.task.entity_metric or "conlleval"
+        self.entity_mode = self.settings.task.entity_metric
         self.windows = WindowTokenizer(self.tokenizer, self.max_seq_length, data.label_all_subwords)
         self.collator = tagging_collator(self.tokenizer)
 

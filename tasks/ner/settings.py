@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sesame.tasks.base.run_settings import TaskSettings
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.settings import Settings
 from sesame.tasks.inputs.data_settings import DataSettings
@@ -36,3 +37,10 @@ class TaggerHeadSettings(Settings):
     dropout: float
     crf: bool  # linear-chain CRF over words, Viterbi decoding
     constrain_bio: bool  # with crf: decoding never emits O -> I-X or B-X -> I-Y
+
+
+@dataclass(frozen=True)
+class NerTaskSettings(TaskSettings):
+    """``cfg.task`` of ``conf/task/ner.yaml``: the generic task keys and how entities are read from tags."""
+
+    entity_metric: str  # conlleval | strict (tasks/ner/metrics.py MODES)

@@ -49,3 +49,16 @@ def test_every_preset_of_the_real_config_reads(make_cfg):
     assert TaskSettings.from_config(make_cfg("data=rte").task).main_metric == "val_accuracy"
     assert TaskSettings.from_config(make_cfg("data=cola").task).main_metric == "val_matthews_correlation"
     assert set(make_cfg("fusion=last").fusion) == {"mode"}  # presets carry no key the code ignores
+
+
+def test_a_task_with_keys_of_its_own_reads_its_block_with_its_class(make_cfg):
+    """task.settings names the class of the task block: NER's adds entity_metric; a key no class knows is an error."""
+    from sesame.tasks.ner.settings import NerTaskSettings
+
+    ner = TaskSettings.from_config(make_cfg("task=ner", "task.entity_metric=strict").task)
+    assert isinstance(ner, NerTaskSettings) and ner.entity_metric == "strict"
+    assert type(TaskSettings.from_config(make_cfg().task)) is TaskSettings
+    with pytest.raises(ConfigError, match="unknown setting task.entity_metric"):
+        TaskSettings.from_config(make_cfg("+task.entity_metric=strict").task)  # glue has no such key
+    with pytest.raises(ConfigError, match="task.settings='sesame.tasks.nowhere.X' names no class"):
+        TaskSettings.from_config(make_cfg("task.settings=sesame.tasks.nowhere.X").task)
