@@ -5,7 +5,7 @@ Rows become ``index, input_ids, attention_mask[, token_type_ids], labels``; pair
 A and B. ``labels`` is a class id, a regression score, or (``data.multi_label=true``) a multi-hot
 row [C] of floats, which the collator stacks into [B, C]. Training batches are shuffled and padded
 per batch; evaluation batches are length-sorted (``tasks/inputs/batching.py``). Each data module also says
-how its task is scored (:meth:`task_spec`), so the module and the data read the settings the same way.
+how its task is scored (its settings' ``task_spec()``, ``tasks/glue/settings.py``), as the module and the predictor read it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.encoders.encoder import check_max_seq_length
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.glue.metrics import METRICS
 from sesame.tasks.glue.readers import (
     encode_labels,
     encode_multi_labels,
@@ -30,8 +29,6 @@ from sesame.tasks.glue.readers import (
     read_glue_tsv,
     read_table,
 )
-from sesame.tasks.glue.specs import MULTILABEL_METRICS, REGRESSION_METRICS, GlueTaskSpec, glue_spec
-from sesame.tasks.glue.settings import GlueDataSettings, TableDataSettings
 
 if TYPE_CHECKING:  # imported where data is read (tasks/glue/readers.py): not on sesame-predict's path
     import datasets
@@ -46,14 +43,10 @@ class SentenceDataModule(SplitDataModule):
 
     def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
         super().__init__(settings, tokenizer, seed)
-        self.spec = self.task_spec(settings)
+        self.spec = settings.task_spec()
         self.splits: dict[str, datasets.Dataset] = {}
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.collator = PaddingCollator({"input_ids": pad_id})
-
-    @classmethod
-    def task_spec(cls, settings: Any) -> GlueTaskSpec:
-        raise NotImplementedError
 
     def _read(self, key: str, require_labels: bool) -> datasets.Dataset:
         """The file of setting ``data.<key>`` as rows ``index, text_a[, text_b], label``."""
@@ -127,13 +120,6 @@ class GlueDataModule(SentenceDataModule):
     """A GLUE task's TSVs (``data.task_name``), read with quoting off (``tasks/glue/readers.py``)."""
 
 
-    @classmethod
-    def task_spec(cls, settings: GlueDataSettings) -> GlueTaskSpec:
-        spec = glue_spec(settings.task_name)
-        if settings.label_names and spec.labels is not None:
-            spec = replace(spec, labels=tuple(str(n) for n in settings.label_names))
-        return spec
-
     def _read(self, key: str, require_labels: bool) -> datasets.Dataset:
         return read_glue_tsv(getattr(self.settings, key), self.spec, require_labels=require_labels, key=key)
 
@@ -141,40 +127,6 @@ class GlueDataModule(SentenceDataModule):
 class TableDataModule(SentenceDataModule):
     """Any CSV / TSV / JSON-lines file with a text column, an optional pair column and a label column."""
 
-
-    @classmethod
-    def task_spec(cls, settings: TableDataSettings) -> GlueTaskSpec:
-        metrics = tuple(settings.metrics)
-        if not metrics:
-            raise ConfigError("data.metrics is empty: list the metrics to report, the main one first")
-        if settings.regression and settings.multi_label:
-            raise ConfigError("data.regression=true and data.multi_label=true: a task is one or the other. "
-                              "Fix: set one of them to false")
-        if settings.multi_label and not settings.label_separator:
-            raise ConfigError("data.label_separator is empty: name the text that joins an example's labels, e.g. '|'")
-        if settings.regression:
-            kind, allowed = "data.regression=true", REGRESSION_METRICS
-            fix = f"set data.metrics=[{','.join(REGRESSION_METRICS)}]"
-        elif settings.multi_label:
-            kind, allowed = "data.multi_label=true", MULTILABEL_METRICS
-            fix = "set data.metrics=[f1_micro,f1_macro] (the first is the main metric; all four are reported)"
-        else:
-            kind, allowed = "single-label classification", tuple(sorted(METRICS.keys() - set(REGRESSION_METRICS)))
-            fix = "use accuracy / f1 / matthews_correlation, or set data.regression=true or data.multi_label=true"
-        wrong = [m for m in metrics if m not in allowed]
-        if wrong:
-            raise ConfigError(f"data.metrics={list(metrics)}: {wrong} cannot score {kind}, which reports "
-                              f"{'/'.join(allowed)}. Fix: {fix}")
-        return GlueTaskSpec(
-            text_a=settings.text_column,
-            text_b=settings.text_pair_column,
-            label=settings.label_column,
-            labels=None if settings.regression else tuple(str(n) for n in settings.label_names or ()),
-            metrics=metrics,
-            submission_name="predictions",
-            multi_label=settings.multi_label,
-            label_separator=settings.label_separator,
-        )
 
     def _read(self, key: str, require_labels: bool) -> datasets.Dataset:
         spec = self.spec

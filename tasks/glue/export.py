@@ -22,7 +22,6 @@ import torch
 from torch import nn
 
 from sesame.tasks.base.export import TaskExport
-from sesame.tasks.base.run_settings import task_class
 from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.glue.settings import PoolingSettings, TableDataSettings
 from sesame.tasks.inputs.batching import PaddingCollator
@@ -232,5 +231,5 @@ class ClassificationExport(TaskExport):
         if isinstance(data, TableDataSettings):
             table, _ = read_table(path, data.text_column, data.text_pair_column, data.label_column)
             return len(table)
-        spec = task_class(self.settings.task, "datamodule").task_spec(data)
+        spec = data.task_spec()
         return len(read_glue_tsv(path, spec))

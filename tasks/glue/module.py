@@ -57,7 +57,7 @@ class SentenceClassificationModule(EncoderTaskModule):
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
         data = task_class(self.task, "data_settings").from_config(self.cfg.data)
-        self.spec = task_class(self.task, "datamodule").task_spec(data)  # it knows how its data settings define the task
+        self.spec = data.task_spec()
         self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
         self.multi_label = self.spec.multi_label
         self.label_separator = self.spec.label_separator

@@ -24,7 +24,6 @@ from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, string_field
-from sesame.tasks.base.run_settings import task_class
 
 
 def encode_texts(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int) -> Any:
@@ -41,8 +40,8 @@ class ClassificationPredictor(TaskPredictor):
 
     def __init__(self, runner: ModelRunner, **kwargs: Any) -> None:
         super().__init__(runner, **kwargs)
-        # The task's data module knows how its data settings define the task, as in training.
-        spec = task_class(self.settings.task, "datamodule").task_spec(self.settings.data)
+        # How the data settings define the task, as training reads them.
+        spec = self.settings.data.task_spec()
         self.label_names: list[str] | None = None if spec.is_regression else list(spec.labels or ())
         self.pairs = spec.text_b is not None
         self.multi_label = bool(getattr(spec, "multi_label", False))

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.settings import Settings
+from sesame.tasks.glue.metrics import METRICS
+from sesame.tasks.glue.specs import MULTILABEL_METRICS, REGRESSION_METRICS, GlueTaskSpec, glue_spec
 from sesame.tasks.inputs.data_settings import DataSettings
+
 
 @dataclass(frozen=True, kw_only=True)
 class GlueDataSettings(DataSettings):
@@ -17,6 +20,13 @@ class GlueDataSettings(DataSettings):
     task_name: str
     validation_mismatched_file: str | None  # MNLI only
     label_names: tuple[str, ...] | None  # null: the GLUE task's own
+
+    def task_spec(self) -> GlueTaskSpec:
+        """How this data defines the task: its labels (or regression), text columns and metrics."""
+        spec = glue_spec(self.task_name)
+        if self.label_names and spec.labels is not None:
+            spec = replace(spec, labels=tuple(str(n) for n in self.label_names))
+        return spec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +41,40 @@ class TableDataSettings(DataSettings):
     multi_label: bool  # each example has a set of labels (BCE loss, per-label thresholds)
     label_separator: str  # multi-label: joins an example's labels in a CSV/TSV column ("a|b")
     metrics: tuple[str, ...]  # the first is the main metric (task.main_metric)
+
+    def task_spec(self) -> GlueTaskSpec:
+        """How this data defines the task: its labels (or regression), text columns and metrics."""
+        metrics = tuple(self.metrics)
+        if not metrics:
+            raise ConfigError("data.metrics is empty: list the metrics to report, the main one first")
+        if self.regression and self.multi_label:
+            raise ConfigError("data.regression=true and data.multi_label=true: a task is one or the other. "
+                              "Fix: set one of them to false")
+        if self.multi_label and not self.label_separator:
+            raise ConfigError("data.label_separator is empty: name the text that joins an example's labels, e.g. '|'")
+        if self.regression:
+            kind, allowed = "data.regression=true", REGRESSION_METRICS
+            fix = f"set data.metrics=[{','.join(REGRESSION_METRICS)}]"
+        elif self.multi_label:
+            kind, allowed = "data.multi_label=true", MULTILABEL_METRICS
+            fix = "set data.metrics=[f1_micro,f1_macro] (the first is the main metric; all four are reported)"
+        else:
+            kind, allowed = "single-label classification", tuple(sorted(METRICS.keys() - set(REGRESSION_METRICS)))
+            fix = "use accuracy / f1 / matthews_correlation, or set data.regression=true or data.multi_label=true"
+        wrong = [m for m in metrics if m not in allowed]
+        if wrong:
+            raise ConfigError(f"data.metrics={list(metrics)}: {wrong} cannot score {kind}, which reports "
+                              f"{'/'.join(allowed)}. Fix: {fix}")
+        return GlueTaskSpec(
+            text_a=self.text_column,
+            text_b=self.text_pair_column,
+            label=self.label_column,
+            labels=None if self.regression else tuple(str(n) for n in self.label_names or ()),
+            metrics=metrics,
+            submission_name="predictions",
+            multi_label=self.multi_label,
+            label_separator=self.label_separator,
+        )
 
 
 @dataclass(frozen=True)
