@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import datasets
-
 from sesame.tasks.inputs.data_files import check_data_file
 from sesame.tasks.core.errors import ConfigError, DataError, UserError
 
@@ -148,6 +146,8 @@ def read_jsonl(path: str | Path) -> NerExamples:
     """Read JSON lines ``{"tokens": [str, ...], "tags": [str, ...]}`` via ``datasets``."""
     path = Path(path)
     try:
+        import datasets
+
         ds = datasets.load_dataset("json", data_files=str(path), split="train")
     except Exception as err:  # the datasets / pyarrow error does not say which line
         raise DataError(_first_bad_json_line(path)) from err

@@ -12,9 +12,8 @@ else -1). Reading the logits at ``word_index >= 0`` gives one prediction per wor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
@@ -24,6 +23,9 @@ from sesame.tasks.encoders.encoder import check_max_seq_length
 from sesame.tasks.encoders.families import words_tokenizer
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.ner.readers import NerExamples
+
+if TYPE_CHECKING:  # read where data is loaded; sesame-predict never needs it
+    import datasets
 
 
 def _word_ids(encoding: Any, i: int) -> np.ndarray:
@@ -159,6 +161,8 @@ def tokenize_examples(
     columns: dict[str, list] = {"tokens": examples.tokens, "example_index": list(range(len(examples)))}
     if tag_ids is not None:
         columns["tag_ids"] = [t.tolist() for t in tag_ids]
+    import datasets
+
     ds = datasets.Dataset.from_dict(columns)
     fn = WindowTokenizer(tokenizer, max_seq_length, label_all_subwords)
     # An explicit fingerprint skips hashing the tokenizer; in-memory datasets write no cache anyway.

@@ -18,7 +18,8 @@ from typing import Any
 import datasets
 
 from sesame.tasks.inputs.data_files import check_data_file
-from sesame.tasks.core.errors import ConfigError, DataError
+from sesame.tasks.qa.settings import check_bad_example_mode
+from sesame.tasks.core.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ SQUAD_FEATURES = datasets.Features(
         "answers": datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}),
     }
 )
-BAD_EXAMPLE_MODES = ("error", "skip")
 _SHOWN_PROBLEMS = 5  # problems listed in an error / log message
 
 
@@ -43,12 +43,6 @@ class LoadReport:
     kept: int = 0
     skipped: int = 0
     problems: list[str] = field(default_factory=list)
-
-
-def check_bad_example_mode(on_bad_example: str) -> None:
-    """:class:`ConfigError` unless ``on_bad_example`` is one of :data:`BAD_EXAMPLE_MODES`."""
-    if on_bad_example not in BAD_EXAMPLE_MODES:
-        raise ConfigError(f"data.on_bad_example must be one of {BAD_EXAMPLE_MODES}, got {on_bad_example!r}")
 
 
 def report_problems(report: LoadReport, on_bad_example: str, what: str) -> None:

@@ -9,11 +9,21 @@ from typing import Any
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.settings import Settings
 from sesame.tasks.inputs.data_settings import DataSettings
-from sesame.tasks.qa.readers import check_bad_example_mode
+
+#: ``data.on_bad_example``: stop at a malformed question (error) or leave it out with a warning (skip).
+BAD_EXAMPLE_MODES = ("error", "skip")
+
+
+def check_bad_example_mode(on_bad_example: str) -> None:
+    """:class:`ConfigError` unless ``on_bad_example`` is one of :data:`BAD_EXAMPLE_MODES`."""
+    if on_bad_example not in BAD_EXAMPLE_MODES:
+        raise ConfigError(f"data.on_bad_example must be one of {BAD_EXAMPLE_MODES}, got {on_bad_example!r}")
+
 
 #: ``data.train_windows``: of an answerable question's training windows, keep only those that hold the
 #: answer, or all of them (those without it labelled [CLS], as BERT's original recipe and HF's run_qa do).
 TRAIN_WINDOWS = ("with_answer", "all")
+
 
 @dataclass(frozen=True, kw_only=True)
 class SquadDataSettings(DataSettings):

@@ -17,9 +17,8 @@ combining accent, and an answer ending there would lose it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import numpy as np
 from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
@@ -28,6 +27,9 @@ from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.encoders.families import offsets_include_spaces, trim_space_offsets
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.graphemes import cluster_bounds, whole_clusters
+
+if TYPE_CHECKING:  # read where data is loaded; sesame-predict never needs it
+    import datasets
 
 log = logging.getLogger(__name__)
 
