@@ -74,9 +74,10 @@ from train_speed import (  # noqa: E402
     HFExamples,
     check_mirrorable,
     evaluate_hf,
-    head_parameter,
+    hf_model,
     sampling_argument,
     sesame_optim,
+    sesame_optimizer,
     settings_of,
 )
 
@@ -441,28 +442,6 @@ def child_sesame(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 # The Trainer arm --------------------------------------------------------------------------------------
-def hf_model_for(kind: str, path: str, cfg: Any, datamodule: Any) -> Any:
-    """The transformers model of the task: sequence (GLUE; STS-B a 1-output regression), token (NER), qa."""
-    from transformers import (
-        AutoModelForQuestionAnswering,
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
-
-    if kind == "qa":
-        return AutoModelForQuestionAnswering.from_pretrained(path)
-    if kind == "token":
-        names = list(datamodule.tag_names)
-        return AutoModelForTokenClassification.from_pretrained(
-            path, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
-    names = cfg.data.get("label_names")
-    if not names:  # regression (STS-B)
-        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, problem_type="regression")
-    names = list(names)
-    return AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
-
-
 def rng_state() -> tuple[Any, ...]:
     import numpy as np
     import torch
@@ -521,7 +500,7 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     steps_per_epoch = math.ceil(len(examples) / settings["batch_size"])
     total_steps = steps_per_epoch * epochs
     set_seed(settings["seed"])
-    model = hf_model_for(kind, resolve_name_or_path(str(cfg.encoder.name_or_path)), cfg, datamodule)
+    model = hf_model(kind, resolve_name_or_path(str(cfg.encoder.name_or_path)), cfg, datamodule)
     collator = DataCollatorForTokenClassification(tokenizer) if kind == "token" else DataCollatorWithPadding(tokenizer)
     output_dir = folder / "hf"
     best_dir, epoch_dir = folder / "hf_best", folder / "hf_epoch_model"
@@ -590,17 +569,7 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
 
         def create_optimizer(self, model: Any = None) -> Any:
             if self.optimizer is None:
-                decay = set(self.get_decay_parameter_names(self.model))
-                named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-                groups = []
-                for head, lr in ((False, self.args.learning_rate), (True, settings["head_lr"])):
-                    part = [(n, p) for n, p in named if head_parameter(self.model, n) == head]
-                    for decayed, wd in ((True, self.args.weight_decay), (False, 0.0)):
-                        params = [p for n, p in part if (n in decay) == decayed]
-                        if params:
-                            groups.append({"params": params, "lr": lr, "weight_decay": wd})
-                optimizer_cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
-                self.optimizer = optimizer_cls(groups, **kwargs)
+                self.optimizer = sesame_optimizer(self, settings["head_lr"])
             return self.optimizer
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:

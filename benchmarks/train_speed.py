@@ -404,6 +404,8 @@ class HFExamples:
 
 
 def hf_model(kind: str, path: str, cfg: Any, datamodule: Any) -> Any:
+    """The transformers model of the task: ``sequence`` (GLUE; no label names: a 1-output regression, STS-B),
+    ``token`` (NER) or ``qa``."""
     from transformers import (
         AutoModelForQuestionAnswering,
         AutoModelForSequenceClassification,
@@ -412,6 +414,8 @@ def hf_model(kind: str, path: str, cfg: Any, datamodule: Any) -> Any:
 
     if kind == "qa":
         return AutoModelForQuestionAnswering.from_pretrained(path)
+    if kind != "token" and not cfg.data.get("label_names"):
+        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, problem_type="regression")
     names = list(datamodule.tag_names) if kind == "token" else list(cfg.data.label_names)
     cls = AutoModelForTokenClassification if kind == "token" else AutoModelForSequenceClassification
     return cls.from_pretrained(path, num_labels=len(names), id2label=dict(enumerate(names)),
@@ -423,6 +427,23 @@ def head_parameter(model: Any, name: str) -> bool:
     encoder, and BERT's pooler, which ``pooling=pooler`` copies into sesame's head."""
     prefix = getattr(model, "base_model_prefix", "")
     return not name.startswith(prefix + ".") or name.startswith(f"{prefix}.pooler.")
+
+
+def sesame_optimizer(trainer: Any, head_lr: float) -> Any:
+    """The optimiser sesame builds (``tasks/encoders/finetune.py`` ``build_optimizer``) for a transformers
+    ``Trainer``'s model: the encoder at the Trainer's learning rate, the head (:func:`head_parameter`) at
+    ``head_lr``, weight decay on the parameters the Trainer decays, its optimiser class and arguments."""
+    decay = set(trainer.get_decay_parameter_names(trainer.model))
+    named = [(n, p) for n, p in trainer.model.named_parameters() if p.requires_grad]
+    groups = []
+    for head, lr in ((False, trainer.args.learning_rate), (True, head_lr)):
+        part = [(n, p) for n, p in named if head_parameter(trainer.model, n) == head]
+        for decayed, wd in ((True, trainer.args.weight_decay), (False, 0.0)):
+            params = [p for n, p in part if (n in decay) == decayed]
+            if params:
+                groups.append({"params": params, "lr": lr, "weight_decay": wd})
+    optimizer_cls, kwargs = trainer.get_optimizer_cls_and_kwargs(trainer.args, trainer.model)
+    return optimizer_cls(groups, **kwargs)
 
 
 def sesame_optim(cfg: Any) -> str:
@@ -486,17 +507,7 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
 
         def create_optimizer(self, model: Any = None) -> Any:
             if self.optimizer is None:
-                decay = set(self.get_decay_parameter_names(self.model))
-                named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-                groups = []
-                for head, lr in ((False, self.args.learning_rate), (True, settings["head_lr"])):
-                    part = [(n, p) for n, p in named if head_parameter(self.model, n) == head]
-                    for decayed, wd in ((True, self.args.weight_decay), (False, 0.0)):
-                        params = [p for n, p in part if (n in decay) == decayed]
-                        if params:
-                            groups.append({"params": params, "lr": lr, "weight_decay": wd})
-                optimizer_cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
-                self.optimizer = optimizer_cls(groups, **kwargs)
+                self.optimizer = sesame_optimizer(self, settings["head_lr"])
             return self.optimizer
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:

@@ -77,9 +77,8 @@ def with_added_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         if key not in QUIET:
             added.append(f"{key}={value}")
     if isinstance(cfg.get("data"), Mapping) and isinstance(defaults.get("data"), Mapping):
-        for key, value in get_class(cfg["task"]["data_settings"]).before_the_setting(
-                {**defaults["data"], **cfg["data"]}).items():
-            defaults["data"][key] = value
+        legacy = get_class(cfg["task"]["data_settings"]).before_the_setting({**defaults["data"], **cfg["data"]})
+        defaults["data"] = {**defaults["data"], **legacy}
     for group in UPGRADED_GROUPS:
         if not isinstance(cfg.get(group), Mapping) or not isinstance(defaults.get(group), Mapping):
             continue
