@@ -17,7 +17,6 @@ Each command is one of:
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import re
@@ -33,6 +32,8 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
+
+from tests.benchmarks import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -168,19 +169,11 @@ def data_dir_folders(words: list[str], monkeypatch: pytest.MonkeyPatch) -> set[s
                             if k.endswith("_file") and isinstance(v, str) and v.startswith(DATA_DIR_MARK + "/")}
         return folders
     if words[:2] == ["python", words[1]] and words[1].startswith("benchmarks/"):
-        script = load_script(words[1])
+        script = load_benchmark(Path(words[1]).stem)
         args = script.parse_args(words[2:])
         return {f.split("/")[0] for t in args.tasks for f in script.TASKS[t]["files"]}
     assert words[0] in UNPARSED, f"no dry parse for {words[0]}: run the command here or add one"
     return set()
-
-
-def load_script(path: str):
-    sys.path.insert(0, str((REPO / path).parent))
-    spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("command", MARKED, ids=[f"line{c.line}" for c in MARKED])

@@ -4,24 +4,17 @@ on the shipped slices, kills each unit once and resumes it: run it by hand, it t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "full_data_study.py"
+from tests.benchmarks import BENCHMARKS, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def fds():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("full_data_study", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("full_data_study")
 
 
 def test_plan_is_small_first_with_arms_alternating_per_seed(fds, tmp_path):
@@ -37,7 +30,7 @@ def test_plan_is_small_first_with_arms_alternating_per_seed(fds, tmp_path):
 
 
 def test_every_task_has_its_preset(fds):
-    conf = SCRIPT.parents[1] / "conf" / "experiment"
+    conf = BENCHMARKS.parent / "conf" / "experiment"
     for task, spec in fds.TASKS.items():
         text = (conf / f"{spec['preset']}.yaml").read_text()
         assert text.startswith("# @package _global_"), task

@@ -3,23 +3,17 @@ with the same optimiser and schedule (tiny random BERT, shipped slices, 2 steps,
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "train_speed.py"
+from tests.benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def ts():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("train_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("train_speed")
 
 
 @pytest.fixture(autouse=True)
