@@ -69,23 +69,24 @@ def with_added_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if not task:
         return cfg
     defaults = task_defaults(task)
-    added = []
-    # The task's classes first: its data settings class says what a run did before a data setting whose
-    # default changed later existed (DataSettings.before_the_setting).
-    for key, value in _missing(cfg["task"], defaults.get("task") or {}, "task."):
-        _put(cfg, key, value)
-        if key not in QUIET:
-            added.append(f"{key}={value}")
-    if isinstance(cfg.get("data"), Mapping) and isinstance(defaults.get("data"), Mapping):
-        legacy = get_class(cfg["task"]["data_settings"]).before_the_setting({**defaults["data"], **cfg["data"]})
-        defaults["data"] = {**defaults["data"], **legacy}
-    for group in UPGRADED_GROUPS:
+    added: list[str] = []
+
+    def fill(group: str) -> None:
         if not isinstance(cfg.get(group), Mapping) or not isinstance(defaults.get(group), Mapping):
-            continue
+            return
         for key, value in _missing(cfg[group], defaults[group], f"{group}."):
             _put(cfg, key, value)
             if key not in QUIET:
                 added.append(f"{key}={value}")
+
+    # The task's classes first: its data settings class says what a run did before a data setting whose
+    # default changed later existed (DataSettings.before_the_setting).
+    fill("task")
+    if isinstance(cfg.get("data"), Mapping) and isinstance(defaults.get("data"), Mapping):
+        legacy = get_class(cfg["task"]["data_settings"]).before_the_setting({**defaults["data"], **cfg["data"]})
+        defaults["data"] = {**defaults["data"], **legacy}
+    for group in UPGRADED_GROUPS:
+        fill(group)
     for key in UPGRADED_KEYS:
         if key not in cfg and key in defaults:
             cfg[key] = defaults[key]
