@@ -24,6 +24,7 @@ import shlex
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,8 @@ SCRIPT_LIMITS = {"benchmarks/train_speed.py": ["--tasks", "sst2", "--arms", "ses
 #: Appended to sesame-train where the command does not set the key itself.
 TRAIN_LIMITS = {"encoder.name_or_path": "{tiny}", "trainer": "debug", "trainer.enable_progress_bar": "false",
                 "data.max_train_examples": "32", "data.max_eval_examples": "32"}
+#: Commands run side by side, each a single-threaded process (OMP_NUM_THREADS=1).
+WORKERS = min(2, os.cpu_count() or 1)
 EVAL_LIMITS = {"trainer.enable_progress_bar": "false", "data.max_eval_examples": "32"}
 
 
@@ -55,6 +58,7 @@ class Command:
     text: str  # continuations joined, the trailing comment removed
     comment: str  # the trailing comment's text, "" if none
     line: int  # README line where it starts
+    block: int = 0  # which ```bash block (0, 1, ...) of the README holds it
 
     @property
     def needs(self) -> str | None:
@@ -86,6 +90,7 @@ def readme_commands(text: str) -> list[Command]:
     their continuations) are commands, the rest is output; elsewhere every line but blanks and comments."""
     commands: list[Command] = []
     block: list[tuple[int, str]] | None = None
+    blocks = 0
     for number, raw in enumerate(text.splitlines(), 1):
         stripped = raw.strip()
         if block is None:
@@ -93,15 +98,15 @@ def readme_commands(text: str) -> list[Command]:
                 block = []
             continue
         if stripped.startswith("```"):
-            commands += _block_commands(block)
-            block = None
+            commands += _block_commands(block, blocks)
+            block, blocks = None, blocks + 1
         else:
             block.append((number, stripped))
     assert block is None, "README.md: a ```bash block is not closed"
     return commands
 
 
-def _block_commands(block: list[tuple[int, str]]) -> list[Command]:
+def _block_commands(block: list[tuple[int, str]], index: int) -> list[Command]:
     prompted = any(line.startswith("$ ") for _, line in block)
     commands, parts, start = [], [], 0
     for number, line in block:
@@ -116,7 +121,7 @@ def _block_commands(block: list[tuple[int, str]]) -> list[Command]:
             parts.append(line[:-1].strip())
             continue
         text, comment = split_comment(line)
-        commands.append(Command(" ".join([*parts, text.strip()]), comment, start))
+        commands.append(Command(" ".join([*parts, text.strip()]), comment, start, index))
         parts = []
     return commands
 
@@ -134,9 +139,9 @@ def test_the_readme_parser_reads_prompts_continuations_comments_and_output():
         "```", "not bash", "```",
         "  ```bash", "  $ echo hi | sesame-predict run \\", "      --n-best 2", "  {\"out\": 1}", "  $ make test", "  ```",
     ])
-    assert readme_commands(text) == [Command("sesame-train a=1 b='x # y'", "needs $SESAME_DATA_DIR/rte", 2),
-                                      Command("echo hi | sesame-predict run --n-best 2", "", 11),
-                                      Command("make test", "", 14)]
+    assert readme_commands(text) == [Command("sesame-train a=1 b='x # y'", "needs $SESAME_DATA_DIR/rte", 2, 0),
+                                      Command("echo hi | sesame-predict run --n-best 2", "", 11, 1),
+                                      Command("make test", "", 14, 1)]
     assert Command("x", "needs a GPU", 1).needs and not Command("x", "official EM/F1", 1).needs
     assert len(COMMANDS) > 30 and MARKED and MAKE and RUN  # the README's own blocks were read
 
@@ -268,25 +273,35 @@ def workspace(tiny_bert_dir, tmp_path_factory) -> Path:
     for folder in ("data", "benchmarks"):
         (workspace / folder).symlink_to(REPO / folder)
     limits = " ".join(_limits([], TRAIN_LIMITS, tiny_bert_dir) + ["trainer.log_every_n_steps=1"])
-    for line in (f"sesame-train --multirun pooling=pooler,cls {limits} hydra.sweep.dir=multirun/glue/sweep",
-                 f"sesame-train task=squad_v1 {limits} hydra.run.dir=outputs/squad_v1/run",
-                 f"sesame-train task=ner {limits} hydra.run.dir=outputs/ner/run"):
-        out = _shell(line, workspace)
-        assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
+    lines = (f"sesame-train --multirun pooling=pooler,cls {limits} hydra.sweep.dir=multirun/glue/sweep",
+             f"sesame-train task=squad_v1 {limits} hydra.run.dir=outputs/squad_v1/run",
+             f"sesame-train task=ner {limits} hydra.run.dir=outputs/ner/run")
+    with ThreadPoolExecutor(WORKERS) as pool:  # three independent runs
+        for line, out in zip(lines, pool.map(lambda line: _shell(line, workspace), lines)):
+            assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
     (workspace / "outputs" / "glue").mkdir()
     (workspace / "outputs" / "glue" / "run").symlink_to(workspace / "multirun" / "glue" / "sweep" / "0")
     return workspace
 
 
 def test_every_unmarked_command_runs_on_a_fresh_clone(workspace, tiny_bert_dir):
-    """In README order (a block's later commands read what its earlier ones made); each failure is
-    reported with its line, the command as run and its last output."""
-    failures = []
-    for n, command in enumerate(RUN):
-        line = with_limits(command, tiny_bert_dir, n)
-        start = time.monotonic()
-        out = _shell(line, workspace)
-        print(f"{time.monotonic() - start:6.1f} s  {command}")  # pytest -s shows where the time goes
-        if out.returncode != 0:
-            failures.append(f"{command}\n  ran: {line}\n  exit {out.returncode}: {(out.stderr or out.stdout)[-1500:]}")
+    """A block's commands in README order (its later commands read what its earlier ones made); blocks
+    side by side, as each command is one single-threaded process. Each failure is reported with its
+    line, the command as run and its last output."""
+    numbered = list(enumerate(RUN))
+    blocks = [[(n, c) for n, c in numbered if c.block == b] for b in dict.fromkeys(c.block for c in RUN)]
+
+    def run_block(block: list[tuple[int, Command]]) -> list[str]:
+        failures = []
+        for n, command in block:
+            line = with_limits(command, tiny_bert_dir, n)
+            start = time.monotonic()
+            out = _shell(line, workspace)
+            print(f"{time.monotonic() - start:6.1f} s  {command}")  # pytest -s shows where the time goes
+            if out.returncode != 0:
+                failures.append(f"{command}\n  ran: {line}\n  exit {out.returncode}: {(out.stderr or out.stdout)[-1500:]}")
+        return failures
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failures = [f for block_failures in pool.map(run_block, blocks) for f in block_failures]
     assert not failures, "\n\n".join(failures)
