@@ -42,7 +42,8 @@ class TaskSettings(Settings):
     group = "task"
     name: str
     settings: str  # the class that reads this block: TaskSettings, or the task's subclass
-    module: str  # the Lightning module class
+    network: str  # the task's network, plain torch (tasks/base/task_network.py): what predicting builds
+    module: str  # the Lightning module class: the network trained and evaluated
     datamodule: str  # the Lightning data module class
     predictor: str  # its base.predictor.TaskPredictor subclass (sesame-predict)
     export: str  # its base.export.TaskExport subclass (sesame-export, the model card)

@@ -1,9 +1,9 @@
-"""The Lightning module every task builds on: encoder -> LayerFusion -> (task head), the optimiser,
-and the one evaluation path: collect rows per batch -> gather across ranks by a per-task key ->
-``score(stage, rows)`` -> logged metrics and prediction files.
+"""The Lightning module every task builds on: its network (encoder -> LayerFusion -> task head,
+``tasks/base/task_network.py``), the optimiser, and the one evaluation path: collect rows per batch ->
+gather across ranks by a per-task key -> ``score(stage, rows)`` -> logged metrics and prediction files.
 
-Task modules subclass :class:`EncoderTaskModule`, build their head from ``self.feature_size`` and
-implement ``forward``, ``training_step``, ``eval_rows`` and ``score``. The whole resolved config is
+Task modules subclass their task's network and :class:`EncoderTaskModule`, and implement
+``training_step``, ``eval_rows`` and ``score``. The whole resolved config is
 saved as the checkpoint's hyper-parameters, so ``Module.load_from_checkpoint(path)`` (and
 ``sesame-eval``) rebuild the same module from it alone.
 """
@@ -23,15 +23,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from sesame.heads.fusion import LayerFusion
+from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.core.atomic_files import write_json_atomic, write_text_atomic
 from sesame.tasks.core.distributed import Rows, concat_rows, gather_rows
-from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, encoder_inputs
-from sesame.tasks.inputs.feature_cache import FeatureCache
-from sesame.tasks.encoders.finetune import FinetuneSettings, apply_finetune_mode, build_optimizer
+from sesame.tasks.encoders.encoder import Encoder
+from sesame.tasks.encoders.finetune import build_optimizer
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
-from sesame.tasks.core.errors import DataError, settings_check
-from sesame.tasks.base.run_settings import FusionSettings, TaskSettings
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +40,11 @@ STAGE_SPLITS = {"val": "validation", "val_mm": "validation_mismatched", "test": 
 
 
 
-def as_config(cfg: Mapping[str, Any] | DictConfig) -> DictConfig:
-    """A resolved, plain-data copy of ``cfg`` (what the checkpoint stores)."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    return OmegaConf.create(dict(cfg))
-
-
-class EncoderTaskModule(L.LightningModule):
-    """Encoder + layer fusion + finetune policy + the evaluation path. Subclasses add a head,
-    losses and metrics.
-
-    ``encode(batch)`` -> fused features [B, T, feature_size].
+class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
+    """The task network (``tasks/base/task_network.py``) trained and evaluated: the optimiser, the
+    evaluation path and the checkpoint record. A task's module subclasses its network and this class
+    (``class SquadModule(SquadNetwork, EncoderTaskModule)``) and adds ``training_step``, ``eval_rows``
+    and ``score``.
     """
 
     #: Columns of ``eval_rows`` that identify one prediction (repeats across ranks count once).
@@ -66,53 +56,16 @@ class EncoderTaskModule(L.LightningModule):
     eval_pad_values: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        """``encoder``: an encoder already built for ``cfg.encoder`` (loading a trained model builds it
-        from the run's ``encoder/`` folder); None loads ``cfg.encoder.name_or_path``."""
-        super().__init__()
-        self.cfg = as_config(cfg)
+        super().__init__(cfg, encoder)
         self.save_hyperparameters({"cfg": OmegaConf.to_container(self.cfg)})
-        self.task = TaskSettings.from_config(self.cfg.task)
         self.main_metric = self.task.main_metric
-        self.encoder = encoder or Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
-        fusion = FusionSettings.from_config(self.cfg.fusion)
-        with settings_check():
-            self.fusion = LayerFusion(
-                self.encoder.num_hidden_states, self.encoder.hidden_size, mode=fusion.mode,
-                layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
-            )
-        self.feature_size = self.fusion.output_size
-        self.finetune = FinetuneSettings.from_config(self.cfg.finetune)
-        self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
-        for param in self.encoder.unread_parameters(max(self.fusion.indices)):
-            param.requires_grad_(False)  # no gradient reaches them: not trained (DDP needs every trained one used)
-        if not self.reads_encoder_pooler():
-            self.encoder.drop_pooler()
         self._frozen_digest: str | None = None
         self.output_dir: Path | None = None
-        self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
         self.distiller: Distiller | None = None  # set by the runner when distill.teacher is set
         self._eval_rows: dict[str, list[Rows]] = {}
         #: The metrics of the latest evaluation of each stage, exactly as computed (float64 values,
         #: integer counts): what metrics.json holds, where Lightning's logged copies are float32.
         self.evaluated: dict[str, float | int | None] = {}
-        # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
-        # without this, full fine-tuning would silently train with dropout off.
-        self.train()
-
-    def reads_encoder_pooler(self) -> bool:
-        """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
-        then drops the encoder's pooler itself. Every other module drops it at once."""
-        return False
-
-    @property
-    def encoder_frozen(self) -> bool:
-        return self.finetune.mode == "frozen"
-
-    def train(self, mode: bool = True) -> EncoderTaskModule:
-        super().train(mode)
-        for part in self._eval_only_parts:  # frozen parts keep dropout off while the head trains
-            part.eval()
-        return self
 
     def unintended_eval_modules(self) -> list[str]:
         """Submodules in eval mode that the finetune mode does not keep there (Lightning warns of every
@@ -160,48 +113,6 @@ class EncoderTaskModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.drop_unused_pooler(checkpoint)
         self.fill_stored_once(checkpoint, source="the pretrained encoder")
-
-    def drop_unused_pooler(self, checkpoint: dict[str, Any]) -> None:
-        """Leave out the encoder pooler's weights of a checkpoint written before sesame dropped the unused
-        pooler (``Encoder.drop_pooler``): this module has no place for them."""
-        if getattr(self.encoder.model, "pooler", "none to drop") is None:
-            state = checkpoint["state_dict"]
-            for key in [k for k in state if k.startswith("encoder.model.pooler.")]:
-                del state[key]
-
-    def fill_stored_once(self, checkpoint: dict[str, Any], source: str) -> None:
-        """Put the frozen encoder weights a checkpoint left out back into its state dict, from this
-        module's encoder (loaded from ``source``), once their digest matches the recorded one."""
-        record = checkpoint.get(FROZEN_KEY)
-        if not record:
-            return
-        params = dict(self.named_parameters())
-        missing = [k for k in record["keys"] if k not in params]
-        if missing:
-            raise DataError(f"the checkpoint's frozen encoder weights ({', '.join(missing[:3])}, ...) do not exist in "
-                            f"{source}: it is not the encoder the model was trained on ({record['encoder']})")
-        digest = weights_digest((k, params[k]) for k in record["keys"])
-        if digest != record["digest"]:
-            raise DataError(
-                f"the frozen encoder weights in {source} differ from those the checkpoint was trained on "
-                f"({record['encoder']}; sha256 {record['digest'][:12]}..., found {digest[:12]}...). "
-                "Fix: point encoder.name_or_path at the pretrained weights the run used"
-            )
-        checkpoint["state_dict"].update({k: params[k].detach().clone() for k in record["keys"]})
-
-    def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """The hidden states the fusion reads, each [B, T, H]: all of them, or only the last (a
-        1-tuple) for a fusion that reads nothing else. No graph is kept for a frozen encoder."""
-        if self.feature_cache is not None:
-            cached = self.feature_cache.lookup(batch)
-            if cached is not None:
-                return cached
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
-            return self.encoder(**encoder_inputs(batch), all_layers=not self.fusion.reads_last_only)
-
-    def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Fused per-token features [B, T, feature_size]."""
-        return self.fusion(self.hidden_states(batch))
 
     def head_named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         """Every parameter outside the encoder (fusion weights and the task head)."""

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from scipy import stats
-from torchmetrics.classification import MultilabelF1Score
+
+# scipy and torchmetrics are imported where a metric needs them: the settings read METRICS' names at
+# every start, predictions included, and the two cost about a second of import.
 
 
 def accuracy(predictions: np.ndarray, references: np.ndarray) -> float:
@@ -39,10 +40,14 @@ def matthews_correlation(predictions: np.ndarray, references: np.ndarray) -> flo
 
 
 def pearson(predictions: np.ndarray, references: np.ndarray) -> float:
+    from scipy import stats
+
     return float(stats.pearsonr(predictions, references)[0])
 
 
 def spearmanr(predictions: np.ndarray, references: np.ndarray) -> float:
+    from scipy import stats
+
     return float(stats.spearmanr(predictions, references)[0])
 
 
@@ -104,6 +109,8 @@ def multilabel_f1(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float
     """``(micro F1, macro F1)`` of [N, C] 0/1 decisions against [N, C] 0/1 gold labels, with
     torchmetrics' ``MultilabelF1Score``; a label with neither gold nor predicted examples has F1 0
     (as scikit-learn's ``zero_division=0``) and counts in the macro mean."""
+    from torchmetrics.classification import MultilabelF1Score
+
     preds = torch.as_tensor(np.asarray(predicted).astype(np.int64))
     target = torch.as_tensor(np.asarray(gold).astype(np.int64))
     num_labels = int(target.shape[1])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,87 +24,34 @@ from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig
 
 from sesame.heads.calibration import TemperatureScaling, calibration_doubt, expected_calibration_error
-from sesame.heads.classifier import SequenceClassifierHead, balanced_class_weights
-from sesame.heads.pooling import PoolerPooling, build_pooling
+from sesame.heads.classifier import balanced_class_weights
 from sesame.tasks.core.distributed import Rows
-from sesame.tasks.core.errors import ConfigError, DataError, settings_check
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.glue.metrics import compute_metrics, multilabel_metrics, tune_thresholds
+from sesame.tasks.glue.network import SentenceClassificationNetwork
 from sesame.tasks.glue.submission import submission_tsv
-from sesame.tasks.encoders.hf_weights import load_prefixed_weights
 from sesame.tasks.encoders.encoder import Encoder
-from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
-from sesame.tasks.base.run_settings import task_class
 from sesame.tasks.base.task_module import EncoderTaskModule
-from sesame.tasks.glue.settings import ClassifierHeadSettings, PoolingSettings
+from sesame.tasks.glue.settings import ClassifierHeadSettings
 
 log = logging.getLogger(__name__)
 
 
 
-class SentenceClassificationModule(EncoderTaskModule):
-    """``forward(batch) -> logits [B, num_labels]``: fused features -> ``pooling`` -> dropout -> linear.
+class SentenceClassificationModule(SentenceClassificationNetwork, EncoderTaskModule):
+    """The network (``tasks/glue/network.py``) trained with its loss and evaluated.
 
     Evaluation stages: ``val``, ``val_mm`` (MNLI mismatched, the second validation loader), ``test``;
     each logs the task's GLUE metrics as ``<stage>_<metric>`` and writes ``<stage>_<TASK>.tsv``.
-
-    Attributes beyond the base module's: ``label_names`` (None for regression), ``multi_label``
-    (``data.multi_label``), ``thresholds`` (multi-label: the head's [C] per-label thresholds on the
-    sigmoid probabilities, a label applying where ``probability >= threshold``; else None) and
-    ``label_separator`` (multi-label: joins an example's labels in prediction files).
     """
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
-        data = task_class(self.task, "data_settings").from_config(self.cfg.data)
-        self.spec = data.task_spec()
-        self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
-        self.multi_label = self.spec.multi_label
-        self.label_separator = self.spec.label_separator
-        pooling = PoolingSettings.from_config(self.cfg.pooling)
-        head = ClassifierHeadSettings.from_config(self.cfg.head)
-        with settings_check():  # the summary token: [CLS] first, XLNet's <cls> last, none in T5 (an error)
-            self.pooling = build_pooling(pooling.name, self.feature_size, self.encoder.summary_token(pooling.name))
-        if isinstance(self.pooling, PoolerPooling):
-            if self.encoder.has_pretrained("pooler") and pooler_linear(self.encoder.model) is not None:
-                self.pooling.load_from(self.encoder.model.pooler)
-            elif encoder is None:  # a trained model read back (encoder given) has the pooler in its checkpoint
-                raise ConfigError(no_pooler_message(self.encoder.config, str(self.encoder.name_or_path)))
-            self.encoder.drop_pooler()  # its copy in the head is what trains
-        num_labels = 1 if self.label_names is None else len(self.label_names)
-        self.class_weights_setting = head.class_weights
+        self.class_weights_setting = ClassifierHeadSettings.from_config(self.cfg.head).class_weights
         #: ``head.class_weights=balanced`` once resolved from the training labels (:meth:`use_balanced_weights`):
         #: the weights every checkpoint's config records instead of ``balanced``. None otherwise.
         self.balanced_weights: tuple[float, ...] | None = None
-        self.head = SequenceClassifierHead(
-            self.pooling.output_size, num_labels, dropout=head.dropout, multi_label=self.multi_label,
-            label_smoothing=self._checked_smoothing(head), class_weights=self._listed_weights(head),
-        )
-        self.calibration = TemperatureScaling()  # 1 (no change) unless calibrate=true fitted it
         self._eval_logits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-    def reads_encoder_pooler(self) -> bool:
-        return PoolingSettings.from_config(self.cfg.pooling).name == "pooler"
-
-    # Loss settings ---------------------------------------------------------------------------------
-    def _checked_smoothing(self, head: ClassifierHeadSettings) -> float:
-        if self.label_names is None and (head.class_weights is not None or head.label_smoothing):
-            raise ConfigError(
-                "head.class_weights and head.label_smoothing apply to classification; this task is a regression "
-                "(STS-B, or data.regression=true). Fix: set head.class_weights=null head.label_smoothing=0"
-            )
-        return head.label_smoothing
-
-    def _listed_weights(self, head: ClassifierHeadSettings) -> tuple[float, ...] | None:
-        """The weights of a ``head.class_weights`` list, checked against the labels; None otherwise."""
-        if not isinstance(head.class_weights, tuple):
-            return None
-        names = self.label_names or []
-        if len(head.class_weights) != len(names):
-            raise ConfigError(
-                f"head.class_weights has {len(head.class_weights)} weights for {len(names)} labels "
-                f"({', '.join(names)}): give one weight per label, in that order, or head.class_weights=balanced"
-            )
-        return head.class_weights
 
     def setup(self, stage: str) -> None:
         """Before training: ``head.class_weights=balanced`` becomes weights from the training labels."""
@@ -148,25 +94,6 @@ class SentenceClassificationModule(EncoderTaskModule):
     def resolved_settings(self) -> dict[str, Any]:
         """``head.class_weights=balanced``: the weights it resolved to over the training data."""
         return {} if self.balanced_weights is None else {"head.class_weights": list(self.balanced_weights)}
-
-    @property
-    def thresholds(self) -> torch.Tensor | None:
-        """Multi-label: the per-label decision thresholds [C] (probability >= threshold); else None."""
-        return self.head.thresholds if self.multi_label else None
-
-    def load_hf_head(self, folder: str | Path) -> None:
-        """Load the ``classifier.*`` weights of a Hugging Face ``...ForSequenceClassification`` folder."""
-        load_prefixed_weights(self.head.classifier, folder, "classifier.")
-
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits [B, num_labels] ([B, 1] for regression; multi-label: one independent logit per label);
-        single-label classification logits are divided by the calibrated temperature (1 unless fitted)."""
-        logits = self.head(self.pooling(self.encode(batch), batch["attention_mask"]))
-        return logits if not self.is_single_label else self.calibration(logits)
-
-    @property
-    def is_single_label(self) -> bool:
-        return not self.multi_label and not self.head.is_regression
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits = self(batch)

@@ -18,8 +18,8 @@ described there); the tasks' inputs and outputs are described in ``tasks/glue/pr
 ``tasks/ner/predict.py`` (``TaggingPredictor``).
 
 The model itself is a ``ModelRunner`` (``tasks/base/predictor.py``): :class:`TorchRunner` runs the
-trained Lightning module; ``tasks/inference/onnx_runner.py``'s ``OnnxRunner`` runs an ONNX export
-with the same interface.
+trained task network (``tasks/<task>/network.py``: no Lightning is imported);
+``tasks/inference/onnx_runner.py``'s ``OnnxRunner`` runs an ONNX export with the same interface.
 """
 
 from __future__ import annotations
@@ -98,10 +98,11 @@ def runner_for(path: str | Path, overrides: Mapping[str, Any] | None = None, *, 
     if is_onnx_folder(path):
         onnx_runner = importlib.import_module(ONNX_RUNNER)  # needs the [export] extra
         return onnx_runner.OnnxRunner.from_folder(Path(path).expanduser(), overrides, int8=int8)
-    # Imported here: it loads Lightning (the task modules are Lightning modules), which an ONNX folder never needs.
+    # Imported here: an ONNX folder needs none of the torch model's code.
     from sesame.tasks.saved.checkpoints import load_trained
 
-    trained = load_trained(path, overrides=dict(overrides or {}))
+    # The task's network alone (tasks/<task>/network.py): the Lightning module's state dict, no Lightning import.
+    trained = load_trained(path, overrides=dict(overrides or {}), network_only=True)
     if int8 and not is_quantized(trained.cfg):
         quantize_module(trained.module)
     return TorchRunner(trained)

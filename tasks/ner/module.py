@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,26 +17,21 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from sesame.heads.masking import IGNORE_INDEX
-from sesame.heads.tagger import TokenTaggerHead
 from sesame.tasks.core.distributed import Rows, share_of_total
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.encoders.encoder import Encoder
-from sesame.tasks.encoders.hf_weights import load_prefixed_weights
 from sesame.tasks.base.task_module import STAGE_SPLITS, EncoderTaskModule
-from sesame.tasks.ner.data import NerDataSettings, load_tag_names
+from sesame.tasks.ner.network import NerNetwork
 from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
 
 from sesame.tasks.ner.windows import stitch_words
-from sesame.tasks.ner.settings import TaggerHeadSettings
 
 log = logging.getLogger(__name__)
 
 
-class NerModule(EncoderTaskModule):
-    """``forward(batch) -> logits [B, T, num_tags]``; see the module docstring for training and metrics.
-
-    Reads ``data.tag_names`` (filled in by the data module, and saved with the checkpoint) or else
-    the training file's tag set; ``task.entity_metric``: ``conlleval`` or ``strict``.
+class NerModule(NerNetwork, EncoderTaskModule):
+    """The tagging network (``tasks/ner/network.py``) trained and evaluated; see the module docstring
+    for training and metrics. ``task.entity_metric``: ``conlleval`` or ``strict``.
     """
 
     eval_key = ("example_index", "word_index")
@@ -45,18 +39,6 @@ class NerModule(EncoderTaskModule):
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
-        self.encoder.global_attention = None  # Longformer: local attention only, as its token classifier has
-        data = NerDataSettings.from_config(self.cfg.data)
-        names = data.tag_names or load_tag_names(data)
-        #: Tag names read from the training file (no ``data.tag_names``): saved as ``data.tag_names`` in every
-        #: checkpoint's config (:meth:`resolved_settings`), so loading it needs no training file. None otherwise.
-        self.read_tag_names: list[str] | None = None if data.tag_names else list(names)
-        self.tag_names = [str(n) for n in names]
-        head = TaggerHeadSettings.from_config(self.cfg.head)
-        self.head = TokenTaggerHead(
-            self.feature_size, len(self.tag_names), dropout=head.dropout, crf=head.crf,
-            tag_names=self.tag_names, constrain_bio=head.constrain_bio,
-        )
         self.entity_metric = self.task.entity_metric
         if self.entity_metric not in MODES:
             raise ConfigError(f"task.entity_metric={self.entity_metric!r} is not one of {', '.join(MODES)}")
@@ -64,34 +46,6 @@ class NerModule(EncoderTaskModule):
     def resolved_settings(self) -> dict[str, Any]:
         """``data.tag_names`` read from the training file (so loading the model needs no training file)."""
         return {} if self.read_tag_names is None else {"data.tag_names": list(self.read_tag_names)}
-
-    def load_hf_head(self, folder: str | Path) -> None:
-        """Load the ``classifier.*`` weights of a Hugging Face ``...ForTokenClassification`` folder; its
-        rows follow the folder's ``id2label``, reordered to this module's tag names. Such a model reads
-        the last layer, with no CRF, so sesame must be configured alike (clear error otherwise)."""
-        from transformers import AutoConfig
-
-        if not self.fusion.reads_last_only:
-            raise ConfigError(f"{folder}: a Hugging Face token classifier reads the last layer, not "
-                              f"fusion={self.fusion.mode}; evaluate it with fusion=last")
-        if self.head.crf is not None:
-            raise ConfigError(f"{folder}: a Hugging Face token classifier has no CRF transitions; evaluate it "
-                              "with head.crf=false")
-        id2label = AutoConfig.from_pretrained(str(folder)).id2label
-        labels = [str(id2label[i]) for i in range(len(id2label))]
-        if sorted(labels) != sorted(self.tag_names):
-            raise ConfigError(f"{Path(folder) / 'config.json'}: id2label holds the tags {labels}, the data "
-                              f"{self.tag_names}; evaluate it on data with its tag set (or set data.tag_names)")
-        classifier = torch.nn.Linear(self.head.classifier.in_features, len(labels))
-        load_prefixed_weights(classifier, folder, "classifier.")
-        order = torch.tensor([labels.index(tag) for tag in self.tag_names])
-        with torch.no_grad():
-            self.head.classifier.weight.copy_(classifier.weight[order])
-            self.head.classifier.bias.copy_(classifier.bias[order])
-
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Tag logits [B, T, num_tags]."""
-        return self.head(self.encode(batch))
 
     def _loss(self, logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         # The CRF runs over words (first sub-tokens) even when every sub-token carries a label.

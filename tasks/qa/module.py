@@ -11,27 +11,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
 from sesame.heads.calibration import confidence_ece
-from sesame.heads.span_pointer import SpanPointerHead
 from sesame.tasks.core.distributed import Rows
-from sesame.tasks.encoders.hf_weights import load_prefixed_weights
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.base.task_module import STAGE_SPLITS, EncoderTaskModule
-from sesame.tasks.qa.data import SquadDataSettings
+from sesame.tasks.qa.network import SquadNetwork
 from sesame.tasks.qa.metrics import compute, raw_scores_v2
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
-from sesame.tasks.qa.settings import SpanHeadSettings
 
 
 
-class SquadModule(EncoderTaskModule):
-    """Span-pointer QA; needs the ``SquadDataModule`` attached to the trainer at evaluation (its
+class SquadModule(SquadNetwork, EncoderTaskModule):
+    """The span-pointer network (``tasks/qa/network.py``) trained and evaluated; needs the ``SquadDataModule`` attached to the trainer at evaluation (its
     questions give the contexts and gold answers)."""
 
     eval_key = ("feature_index",)
@@ -40,22 +36,7 @@ class SquadModule(EncoderTaskModule):
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
-        self.encoder.global_attention = "question"  # Longformer: the question attends globally (its QA model's rule)
-        data = SquadDataSettings.from_config(self.cfg.data)
-        self.version_2 = data.version_2_with_negative
-        self.decoding = SpanHeadSettings.from_config(self.cfg.head)
-        # [CLS] stays a target wherever training labels point at it; v1 decoding never picks it.
-        self.head = SpanPointerHead(self.feature_size, allow_null=data.trains_null)
         self.metric_version = "squad_v2" if self.version_2 else "squad_v1"
-
-    def load_hf_head(self, folder: str | Path) -> None:
-        """Load the ``qa_outputs.*`` weights of a Hugging Face ``...ForQuestionAnswering`` folder
-        (same name and shape as ``SpanPointerHead.qa_outputs``); sesame-eval calls it for HF folders."""
-        load_prefixed_weights(self.head.qa_outputs, folder, "qa_outputs.")
-
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(start_logits, end_logits)``, each [B, T], masked outside the context."""
-        return self.head(self.encode(batch), batch["context_mask"])
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         start, end = self(batch)

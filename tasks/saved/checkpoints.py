@@ -7,13 +7,13 @@ resolved config the module was built from), found as a ``.ckpt`` file or inside 
 
 from __future__ import annotations
 
+import importlib.metadata
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
@@ -27,7 +27,7 @@ from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, load_tokeniz
 from sesame.tasks.encoders.store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
 from sesame.tasks.core.errors import DataError, MissingFileError
 from sesame.tasks.base.run_settings import RunSettings, TaskSettings
-from sesame.tasks.base.task_module import EncoderTaskModule
+from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.saved.trained_overrides import TrainedOverrides, apply_overrides
 
 def is_hf_model_folder(path: str | Path) -> bool:
@@ -66,11 +66,13 @@ def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: Encoder | None = None,
-                 encoder_source: str = "the pretrained encoder") -> EncoderTaskModule:
-    """The task module ``cfg`` names, quantised first when ``cfg`` says so, with ``checkpoint``'s
-    weights loaded (its frozen encoder weights filled in from ``encoder``, digest-checked)."""
+                 encoder_source: str = "the pretrained encoder", network_only: bool = False) -> EncoderTaskNetwork:
+    """The task module ``cfg`` names (``network_only``: its network, plain torch, no Lightning; the same
+    state dict), quantised first when ``cfg`` says so, with ``checkpoint``'s weights loaded (its frozen
+    encoder weights filled in from ``encoder``, digest-checked)."""
     cfg = OmegaConf.create(cfg)
-    module = get_class(TaskSettings.from_config(cfg.task).module)(cfg, encoder)
+    task = TaskSettings.from_config(cfg.task)
+    module = get_class(task.network if network_only else task.module)(cfg, encoder)
     if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
         quantize_module(module)
     if checkpoint is not None:
@@ -86,7 +88,7 @@ class TrainedModel:
     (with any overrides applied) and its typed view ``settings`` (read it there, not in ``cfg``), its
     checkpoint file and the folder its encoder and tokenizer came from."""
 
-    module: EncoderTaskModule
+    module: EncoderTaskNetwork  # the task's Lightning module; its network alone where loaded with network_only
     cfg: dict[str, Any]
     checkpoint: Path
     encoder_folder: str
@@ -102,7 +104,7 @@ class TrainedModel:
 
 
 def load_trained(path: str | Path, key: str = "model",
-                 overrides: Mapping[str, Any] | TrainedOverrides | None = None) -> TrainedModel:
+                 overrides: Mapping[str, Any] | TrainedOverrides | None = None, network_only: bool = False) -> TrainedModel:
     """The trained model of a .ckpt file or run folder (``key`` names the setting it came from).
 
     The encoder is built from the run's ``encoder/`` folder (``tasks/encoders/store.py``), so the
@@ -110,7 +112,8 @@ def load_trained(path: str | Path, key: str = "model",
     ``encoder.name_or_path`` override, loads the encoder from ``encoder.name_or_path``. Weights the
     checkpoint holds are not read twice: a fully fine-tuned checkpoint builds the encoder from its
     config alone. ``overrides`` (``{"head.max_answer_length": 50}``, or a command's
-    ``TrainedOverrides``) go through ``tasks/saved/trained_overrides.py``.
+    ``TrainedOverrides``) go through ``tasks/saved/trained_overrides.py``. ``network_only``: build the
+    task's network (``task.network``), which predicts and imports no Lightning, not its Lightning module.
     """
     ckpt_path, checkpoint = read_checkpoint(path, key=key)
     cfg = checkpoint_config(checkpoint)
@@ -132,25 +135,25 @@ def load_trained(path: str | Path, key: str = "model",
             f"encoder.name_or_path=<the pretrained encoder the run used: {settings.name_or_path}>"
         )
     encoder = Encoder.from_settings(settings, name_or_path=source, load_weights=needs_weights)
-    module = build_module(cfg, checkpoint, encoder=encoder, encoder_source=source)
+    module = build_module(cfg, checkpoint, encoder=encoder, encoder_source=source, network_only=network_only)
     step = checkpoint.get("global_step")
     return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source),
                         int(step) if step is not None else None)
 
 
-def save_weights_checkpoint(module: EncoderTaskModule, cfg: dict[str, Any], path: str | Path) -> Path:
+def save_weights_checkpoint(module: EncoderTaskNetwork, cfg: dict[str, Any], path: str | Path) -> Path:
     """Write ``{state_dict, hyper_parameters: {cfg}}`` atomically: what ``sesame-eval`` and
     :func:`load_trained` read (no optimiser state, so its size is the model's size)."""
     path = Path(path)
     checkpoint = {
         "state_dict": module.state_dict(),
         "hyper_parameters": {"cfg": cfg},
-        "pytorch-lightning_version": L.__version__,
+        "pytorch-lightning_version": importlib.metadata.version("lightning"),  # as Lightning's own checkpoints
     }
     return torch_save_atomic(checkpoint, path)
 
 
-def save_model_folder(module: EncoderTaskModule, cfg: dict[str, Any], output_dir: str | Path,
+def save_model_folder(module: EncoderTaskNetwork, cfg: dict[str, Any], output_dir: str | Path,
                       tokenizer: PreTrainedTokenizerBase) -> Path:
     """A self-contained run folder ``sesame-eval model=<folder>`` reads: ``checkpoints/best.ckpt``
     (every weight), ``encoder/`` (config and tokenizer) and ``config.yaml``. Returns the checkpoint's path."""

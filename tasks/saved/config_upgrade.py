@@ -32,7 +32,7 @@ UPGRADED_GROUPS = ("encoder", "data", "head", "finetune", "fusion", "pooling")
 #: Top-level keys of the run filled where missing (``calibrate=true`` came later: an older run did not calibrate).
 UPGRADED_KEYS = ("seed", "calibrate", "resume", "overwrite")
 #: What is filled silently: the task's class names (``conf/task/*.yaml``), and how a run was started.
-QUIET = tuple(f"task.{role}" for role in ("settings", "module", "datamodule", "predictor", "export", "data_settings",
+QUIET = tuple(f"task.{role}" for role in ("settings", "network", "module", "datamodule", "predictor", "export", "data_settings",
                                           "head_settings")) + ("resume", "overwrite")
 
 

@@ -203,3 +203,49 @@ def test_overrides_reach_the_trained_config(sst2_run):
     with pytest.raises(ConfigError, match="pooling"):
         Predictor.from_run(sst2_run, overrides={"pooling.name": "mean"})
     json.dumps(predictor([{"text": "a long sentence that is cut at eight tokens for sure"}]))  # plain JSON values
+
+
+#: Raw inputs of each kind of run, for the network-only checks below.
+RAW_INPUTS = {
+    "sst2": [{"text": t} for t in sst2_texts(6)],
+    "multilabel": [{"text": "great food but slow service"}, {"text": "the room was clean"}],
+    "squad_v1": [{"question": "Which team won Super Bowl 50?", "context": "The Denver Broncos defeated the Carolina "
+                  "Panthers 24-10 to earn their third Super Bowl title. The game was played in Santa Clara."}],
+    "ner_crf": [{"text": "Angela Merkel met Emmanuel Macron in Paris on Monday ."}, {"text": "no names here"}],
+}
+
+#: Predicts from a run folder in a fresh process and names the heavy packages it imported.
+RUN_FOLDER_PROBE = """
+import json, sys
+from sesame.tasks.inference.predictor import Predictor
+outputs = Predictor.from_run(sys.argv[1])(json.loads(sys.argv[2]))
+print(json.dumps(outputs))
+print("IMPORTED", *sorted(name for name in ("lightning", "torchmetrics") if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("name", list(RAW_INPUTS))
+def test_a_run_folder_predicts_with_its_network_alone_as_the_lightning_module_does(name, make_cfg, tmp_path_factory):
+    """sesame-predict builds the task's network (``task.network``: plain torch) from the Lightning module's
+    checkpoint, with the same predictions, and imports neither Lightning nor torchmetrics (about a second
+    of start-up; README "Speed")."""
+    import os
+    import subprocess
+
+    import lightning as L
+
+    from sesame.tasks.saved.checkpoints import load_trained
+
+    run = trained_run(name, make_cfg, tmp_path_factory)
+    network = runner_for(run).module
+    assert not isinstance(network, L.LightningModule) and type(network).__name__.endswith("Network")
+    module = load_trained(run).module
+    assert isinstance(module, L.LightningModule) and isinstance(module, type(network))
+    assert network.state_dict().keys() == module.state_dict().keys()
+    inputs = RAW_INPUTS[name]
+    expected = Predictor.from_runner(TorchRunner(load_trained(run)))(inputs)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", RUN_FOLDER_PROBE, str(run), json.dumps(inputs)], env=env,
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    assert json.loads(out[-2]) == json.loads(json.dumps(expected))
+    assert out[-1].split() == ["IMPORTED"], out[-1]

@@ -1,0 +1,127 @@
+"""The network of every task model, in plain torch: encoder -> LayerFusion -> (the task's head).
+
+A task's network (``tasks/<task>/network.py``, named by ``task.network`` in ``conf/task/<task>.yaml``)
+subclasses :class:`EncoderTaskNetwork`, builds its head from ``self.feature_size`` and implements
+``forward``. It is everything a trained model needs to predict, and imports no Lightning: predictions
+from a run folder build only the network (``tasks/inference/predictor.py``). The task's Lightning module
+(``tasks/<task>/module.py``) is the same network plus training and evaluation, so both read the same
+checkpoint state dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from sesame.heads.fusion import LayerFusion
+from sesame.tasks.base.run_settings import FusionSettings, TaskSettings
+from sesame.tasks.core.errors import DataError, settings_check
+from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, encoder_inputs
+from sesame.tasks.encoders.finetune import FinetuneSettings, apply_finetune_mode
+from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
+
+if TYPE_CHECKING:
+    from sesame.tasks.inputs.feature_cache import FeatureCache
+
+
+def as_config(cfg: Mapping[str, Any] | DictConfig) -> DictConfig:
+    """A resolved, plain-data copy of ``cfg`` (what the checkpoint stores)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    return OmegaConf.create(dict(cfg))
+
+
+class EncoderTaskNetwork(nn.Module):
+    """Encoder + layer fusion + finetune policy. Subclasses add a head and ``forward(batch)``.
+
+    ``encode(batch)`` -> fused features [B, T, feature_size].
+    """
+
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
+        """``encoder``: an encoder already built for ``cfg.encoder`` (loading a trained model builds it
+        from the run's ``encoder/`` folder); None loads ``cfg.encoder.name_or_path``."""
+        super().__init__()
+        self.cfg = as_config(cfg)
+        self.task = TaskSettings.from_config(self.cfg.task)
+        self.encoder = encoder or Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
+        fusion = FusionSettings.from_config(self.cfg.fusion)
+        with settings_check():
+            self.fusion = LayerFusion(
+                self.encoder.num_hidden_states, self.encoder.hidden_size, mode=fusion.mode,
+                layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
+            )
+        self.feature_size = self.fusion.output_size
+        self.finetune = FinetuneSettings.from_config(self.cfg.finetune)
+        self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
+        for param in self.encoder.unread_parameters(max(self.fusion.indices)):
+            param.requires_grad_(False)  # no gradient reaches them: not trained (DDP needs every trained one used)
+        if not self.reads_encoder_pooler():
+            self.encoder.drop_pooler()
+        self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
+        # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
+        # without this, full fine-tuning would silently train with dropout off.
+        self.train()
+
+    def reads_encoder_pooler(self) -> bool:
+        """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
+        then drops the encoder's pooler itself. Every other network drops it at once."""
+        return False
+
+    @property
+    def encoder_frozen(self) -> bool:
+        return self.finetune.mode == "frozen"
+
+    def train(self, mode: bool = True) -> EncoderTaskNetwork:
+        super().train(mode)
+        for part in self._eval_only_parts:  # frozen parts keep dropout off while the head trains
+            part.eval()
+        return self
+
+    # Reading a checkpoint's state dict ----------------------------------------------------------------
+    def drop_unused_pooler(self, checkpoint: dict[str, Any]) -> None:
+        """Leave out the encoder pooler's weights of a checkpoint written before sesame dropped the unused
+        pooler (``Encoder.drop_pooler``): this network has no place for them."""
+        if getattr(self.encoder.model, "pooler", "none to drop") is None:
+            state = checkpoint["state_dict"]
+            for key in [k for k in state if k.startswith("encoder.model.pooler.")]:
+                del state[key]
+
+    def fill_stored_once(self, checkpoint: dict[str, Any], source: str) -> None:
+        """Put the frozen encoder weights a checkpoint left out (``tasks/encoders/store.py``) back into
+        its state dict, from this network's encoder (loaded from ``source``), once their digest matches
+        the recorded one."""
+        record = checkpoint.get(FROZEN_KEY)
+        if not record:
+            return
+        params = dict(self.named_parameters())
+        missing = [k for k in record["keys"] if k not in params]
+        if missing:
+            raise DataError(f"the checkpoint's frozen encoder weights ({', '.join(missing[:3])}, ...) do not exist in "
+                            f"{source}: it is not the encoder the model was trained on ({record['encoder']})")
+        digest = weights_digest((k, params[k]) for k in record["keys"])
+        if digest != record["digest"]:
+            raise DataError(
+                f"the frozen encoder weights in {source} differ from those the checkpoint was trained on "
+                f"({record['encoder']}; sha256 {record['digest'][:12]}..., found {digest[:12]}...). "
+                "Fix: point encoder.name_or_path at the pretrained weights the run used"
+            )
+        checkpoint["state_dict"].update({k: params[k].detach().clone() for k in record["keys"]})
+
+    # Features ---------------------------------------------------------------------------------------
+    def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The hidden states the fusion reads, each [B, T, H]: all of them, or only the last (a
+        1-tuple) for a fusion that reads nothing else. No graph is kept for a frozen encoder."""
+        if self.feature_cache is not None:
+            cached = self.feature_cache.lookup(batch)
+            if cached is not None:
+                return cached
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+            return self.encoder(**encoder_inputs(batch), all_layers=not self.fusion.reads_last_only)
+
+    def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Fused per-token features [B, T, feature_size]."""
+        return self.fusion(self.hidden_states(batch))

@@ -1,0 +1,78 @@
+"""The network of token tagging (NER): encoder -> layer fusion -> :class:`TokenTaggerHead` (softmax or
+CRF) (plain torch; ``tasks/ner/module.py`` trains and evaluates it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from sesame.heads.tagger import TokenTaggerHead
+from sesame.tasks.base.task_network import EncoderTaskNetwork
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.encoders.encoder import Encoder
+from sesame.tasks.encoders.hf_weights import load_prefixed_weights
+from sesame.tasks.ner.settings import NerDataSettings, TaggerHeadSettings
+
+
+def training_tag_names(data: NerDataSettings) -> list[str]:
+    """The training file's tag set (a trained model's config lists it in ``data.tag_names``, so only
+    training reads it: the data readers are imported here)."""
+    from sesame.tasks.ner.data import load_tag_names
+
+    return load_tag_names(data)
+
+
+class NerNetwork(EncoderTaskNetwork):
+    """``forward(batch) -> logits [B, T, num_tags]``.
+
+    Reads ``data.tag_names`` (filled in by the data module, and saved with the checkpoint) or else
+    the training file's tag set.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
+        super().__init__(cfg, encoder)
+        self.encoder.global_attention = None  # Longformer: local attention only, as its token classifier has
+        data = NerDataSettings.from_config(self.cfg.data)
+        names = data.tag_names or training_tag_names(data)
+        #: Tag names read from the training file (no ``data.tag_names``): saved as ``data.tag_names`` in every
+        #: checkpoint's config (:meth:`resolved_settings`), so loading it needs no training file. None otherwise.
+        self.read_tag_names: list[str] | None = None if data.tag_names else list(names)
+        self.tag_names = [str(n) for n in names]
+        head = TaggerHeadSettings.from_config(self.cfg.head)
+        self.head = TokenTaggerHead(
+            self.feature_size, len(self.tag_names), dropout=head.dropout, crf=head.crf,
+            tag_names=self.tag_names, constrain_bio=head.constrain_bio,
+        )
+
+    def load_hf_head(self, folder: str | Path) -> None:
+        """Load the ``classifier.*`` weights of a Hugging Face ``...ForTokenClassification`` folder; its
+        rows follow the folder's ``id2label``, reordered to this module's tag names. Such a model reads
+        the last layer, with no CRF, so sesame must be configured alike (clear error otherwise)."""
+        from transformers import AutoConfig
+
+        if not self.fusion.reads_last_only:
+            raise ConfigError(f"{folder}: a Hugging Face token classifier reads the last layer, not "
+                              f"fusion={self.fusion.mode}; evaluate it with fusion=last")
+        if self.head.crf is not None:
+            raise ConfigError(f"{folder}: a Hugging Face token classifier has no CRF transitions; evaluate it "
+                              "with head.crf=false")
+        id2label = AutoConfig.from_pretrained(str(folder)).id2label
+        labels = [str(id2label[i]) for i in range(len(id2label))]
+        if sorted(labels) != sorted(self.tag_names):
+            raise ConfigError(f"{Path(folder) / 'config.json'}: id2label holds the tags {labels}, the data "
+                              f"{self.tag_names}; evaluate it on data with its tag set (or set data.tag_names)")
+        classifier = torch.nn.Linear(self.head.classifier.in_features, len(labels))
+        load_prefixed_weights(classifier, folder, "classifier.")
+        order = torch.tensor([labels.index(tag) for tag in self.tag_names])
+        with torch.no_grad():
+            self.head.classifier.weight.copy_(classifier.weight[order])
+            self.head.classifier.bias.copy_(classifier.bias[order])
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Tag logits [B, T, num_tags]."""
+        return self.head(self.encode(batch))
+
