@@ -91,6 +91,9 @@ class EncoderTaskModule(L.LightningModule):
         self.output_dir: Path | None = None
         self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
         self.distiller: Distiller | None = None  # set by the runner when distill.teacher is set
+        #: Keep the encoder's graph even when it is frozen: gradients must reach something inside it
+        #: (pruning's head and neuron masks, ``tasks/compression/prune_importance.py``).
+        self.encoder_graph_always = False
         self._eval_rows: dict[str, list[Rows]] = {}
         #: The metrics of the latest evaluation of each stage, exactly as computed (float64 values,
         #: integer counts): what metrics.json holds, where Lightning's logged copies are float32.
@@ -196,7 +199,7 @@ class EncoderTaskModule(L.LightningModule):
             cached = self.feature_cache.lookup(batch)
             if cached is not None:
                 return cached
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+        with torch.set_grad_enabled(torch.is_grad_enabled() and (self.encoder_graph_always or not self.encoder_frozen)):
             return self.encoder(**encoder_inputs(batch), all_layers=not self.fusion.reads_last_only)
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
