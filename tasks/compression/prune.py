@@ -121,12 +121,14 @@ def prune(source: str | Path, output_dir: str | Path, heads: float = 0.0, ffn: f
                   "per_layer_before": heads_before, "per_layer": [len(h) for h in plan.heads],
                   "kept_per_layer": [list(h) for h in plan.heads]},
         "neurons": {"before": sum(neurons_before), "after": sum(plan.neurons),
-                    "per_layer_before": neurons_before, "per_layer": list(plan.neurons)},
+                    "per_layer_before": neurons_before, "per_layer": list(plan.neurons),
+                    "kept_per_layer": keep_neurons},
         "parameters": {"before": params_before, "after": params_after,
                        "encoder_before": encoder_before, "encoder_after": encoder_after},
         "encoder": str(encoder_dir), "checkpoint": str(output / "checkpoints" / "best.ckpt"),
         "plan": f"{encoder_dir / 'config.json'}: sesame_pruning, per layer the kept heads (indices of the unpruned "
-                "layer's heads) and the number of kept neurons",
+                "layer's heads) and the number of kept neurons (here: neurons.kept_per_layer, their positions among "
+                "the source's neurons)",
         "hf_export": HF_EXPORT_NOTE,
         "importance": {
             "method": ("Michel et al. 2019: |dL/dmask| of each head and neuron mask, the run's own training loss, summed "

@@ -139,11 +139,11 @@ def normalised(scores: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def select(scores: Sequence[torch.Tensor], fraction: float, what: str, flag: str, fix: str) -> list[list[int]]:
-    """Per layer, the positions to keep after removing ``round(fraction * total)`` of the lowest
+    """Per layer, the positions to keep after removing ``fraction * total`` (to the nearest) of the lowest
     ``scores`` ranked across all layers (ties: the lower layer, then the lower position, goes first).
     A :class:`ConfigError` naming the layer where that would remove every ``what`` of a layer."""
     ranked = sorted((float(value), layer, pos) for layer, s in enumerate(scores) for pos, value in enumerate(s.tolist()))
-    count = round(fraction * len(ranked))
+    count = int(fraction * len(ranked) + 0.5)  # to the nearest, halves up
     removed = {(layer, pos) for _, layer, pos in ranked[:count]}
     keep = [[pos for pos in range(len(s)) if (layer, pos) not in removed] for layer, s in enumerate(scores)]
     for layer, kept in enumerate(keep):

@@ -21,7 +21,14 @@ import torch
 from torch import nn
 
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.encoders.pruning import BERT_LAYOUT, PruneLayout, PruningPlan, load_pruned, unsupported_message
+from sesame.tasks.encoders.pruning import (
+    BERT_LAYOUT,
+    PLAN_KEY,
+    PruneLayout,
+    PruningPlan,
+    load_pruned,
+    unsupported_message,
+)
 
 #: Where a family's sequence-summary token is: ``first`` ([CLS], <s>), ``last`` (XLNet's <cls>,
 #: after the last segment) or None (T5 has none: its first token is the first word).
@@ -142,10 +149,9 @@ def load_encoder_model(path: str, config: Any, load_weights: bool, **kwargs: Any
     """
     from transformers import AutoModel
 
-    plan = PruningPlan.of_config(config)
-    if plan is not None:  # a folder sesame-compress prune wrote: its per-layer shapes are in the record
-        layout = prune_layout(config, f"{path}: its config.json records a pruned model, but")
-        return load_pruned(path, config, plan, layout, load_weights, **kwargs)
+    if getattr(config, PLAN_KEY, None) is not None:  # sesame-compress prune wrote it: the shapes are in the record
+        layout = prune_layout(config, f"{path}: its config.json records a pruned model ({PLAN_KEY})")
+        return load_pruned(path, config, PruningPlan.of_config(config), layout, load_weights, **kwargs)
     cls = encoder_class(config)
     if cls is None:
         if not load_weights:

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
+from sesame.tasks.core.errors import DataError, MissingFileError
 
 #: The config entry recording what was pruned (see the module docstring).
 PLAN_KEY = "sesame_pruning"
@@ -119,6 +119,13 @@ class PruningPlan:
     @property
     def num_layers(self) -> int:
         return len(self.heads)
+
+    def summary(self) -> str:
+        """``kept 9 of 12 attention heads (per layer 3, 2, 4), 60 of 96 feed-forward neurons (per layer ...)``."""
+        heads = [len(h) for h in self.heads]
+        return (f"kept {sum(heads)} of {self.num_heads * self.num_layers} attention heads (per layer "
+                f"{', '.join(map(str, heads))}), {sum(self.neurons)} of {self.intermediate_size * self.num_layers} "
+                f"feed-forward neurons (per layer {', '.join(map(str, self.neurons))})")
 
     def as_record(self) -> dict[str, Any]:
         """The ``config.json`` entry (plain JSON types)."""
@@ -305,6 +312,11 @@ def full_shape_state(state: Mapping[str, torch.Tensor], plan: PruningPlan, layou
     return out
 
 
+def head_size(model: nn.Module, layout: PruneLayout) -> int:
+    """The size ``d`` of one attention head's block."""
+    return int(layer_stack(model, layout)[0].get_submodule(layout.attention).attention_head_size)
+
+
 def parameter_count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -314,13 +326,3 @@ def unsupported_message(model_type: str, supported: Sequence[str], setting: str)
     return (f"{setting}: structured pruning does not know where the {model_type or 'unknown'} family keeps its attention "
             f"heads and feed-forward neurons; it supports {', '.join(supported)}")
 
-
-def check_layout_exists(model: nn.Module, layout: PruneLayout) -> None:
-    """A :class:`ConfigError` where the model lacks a module the layout names (a family mislabelled)."""
-    try:
-        layer = layer_stack(model, layout)[0]
-        for name in (layout.attention, layout.attention_output, layout.intermediate, layout.intermediate_dense,
-                     layout.output_dense):
-            layer.get_submodule(name)
-    except AttributeError as err:
-        raise ConfigError(f"{type(model).__name__} is not laid out as pruning expects ({err})") from None
