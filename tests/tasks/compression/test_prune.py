@@ -225,9 +225,12 @@ def test_prune_writes_a_smaller_run_folder_of_the_scored_plan(run4, pruned):
     kept_heads, kept_neurons = report["heads"]["kept_per_layer"], report["neurons"]["kept_per_layer"]
     assert [len(h) for h in kept_heads] == report["heads"]["per_layer"]
     assert sum(report["heads"]["per_layer"]) == report["heads"]["after"]
-    # The lowest normalised scores went, across layers.
+    # The lowest scores went, across layers, once each layer's were divided by their L2 norm.
     for kind, kept in (("heads", kept_heads), ("neurons", kept_neurons)):
-        scores = report["importance"][kind]
+        raw = report["importance"][f"{kind}_raw"]
+        scores = [[v / sum(x * x for x in row) ** 0.5 for v in row] for row in raw]
+        assert scores == [pytest.approx(row, rel=2e-5) for row in report["importance"][kind]]
+        assert len({max(row) for row in raw}) == len(raw)  # layers differ: the normalisation matters
         gone = [s for layer, row in enumerate(scores) for i, s in enumerate(row) if i not in kept[layer]]
         stay = [s for layer, row in enumerate(scores) for i, s in enumerate(row) if i in kept[layer]]
         assert gone and max(gone) <= min(stay)
