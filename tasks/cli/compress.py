@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None) -> None:
             from sesame.tasks.compression.prune import prune
 
             report = prune(args.checkpoint, args.output, heads=args.heads, ffn=args.ffn, batches=args.batches)
-            # The scores of every neuron are long: they stay in the file.
-            report = {**report, "importance": f"{args.output}/compression.json"}
+            # The scores and kept positions of every neuron are long: they stay in the file.
+            report = {**report, "importance": f"{args.output}/compression.json",
+                      "neurons": {k: v for k, v in report["neurons"].items() if k != "kept_per_layer"}}
         else:
             from sesame.tasks.compression.drop_layers import drop_layers
 

@@ -95,9 +95,12 @@ def prune(source: str | Path, output_dir: str | Path, heads: float = 0.0, ffn: f
     heads_before, neurons_before = present(model, layout)
     params_before, encoder_before = parameter_count(module), parameter_count(model)
 
+    data = training_batches(trained, batches)
+    if len(data) < batches:
+        log.info("scoring on %d training batches: the run's training data has no more (--batches %d)", len(data), batches)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     module.to(device)
-    scores = importance(module, training_batches(trained, batches), layout)
+    scores = importance(module, data, layout)
     module.to("cpu")
     head_scores, neuron_scores = normalised(scores.heads), normalised(scores.neurons)
     keep_heads = select(head_scores, heads, "attention heads", "--heads",

@@ -420,10 +420,14 @@ def _cli(capsys, *argv) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--heads", "1"), ("--heads", "-0.1"), ("--ffn", "1.5")])
-def test_a_fraction_outside_0_1_names_its_flag(run4, capsys, tmp_path, flag, value):
-    line = _cli(capsys, run4("sst2"), tmp_path / "out", flag, value)
-    assert f"{flag} {float(value):g}" in line and "[0, 1)" in line
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--heads", "1", "--heads 1: the share of them to remove lies in [0, 1)"),
+    ("--heads", "-0.1", "--heads -0.1: the share of them to remove lies in [0, 1)"),
+    ("--ffn", "1.5", "--ffn 1.5: the share of them to remove lies in [0, 1)"),
+    ("--batches", "0", "--batches 0: score on at least 1 training batch"),
+])
+def test_a_fraction_outside_0_1_names_its_flag(run4, capsys, tmp_path, flag, value, said):
+    assert said in _cli(capsys, run4("sst2"), tmp_path / "out", flag, value)
     assert not (tmp_path / "out").exists()
 
 
@@ -440,6 +444,15 @@ def test_an_int8_run_is_refused(run4, tmp_path):
     quantize_checkpoint(run4("sst2"), tmp_path / "int8")
     with pytest.raises(ConfigError, match="quantised \\(int8\\): prune before quantising"):
         prune(tmp_path / "int8", tmp_path / "out", heads=0.3)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_lora_run_is_refused(make_cfg, bert4_dir, tmp_path):
+    run = tmp_path / "lora"
+    train(make_cfg("finetune=lora", "data.max_train_examples=16", "data.max_eval_examples=16",
+                   f"encoder.name_or_path={bert4_dir}", tiny=False), run)
+    with pytest.raises(ConfigError, match=r"trained LoRA adapters \(finetune=lora\) on the projections pruning cuts"):
+        prune(run, tmp_path / "out", heads=0.3)
     assert not (tmp_path / "out").exists()
 
 
