@@ -22,7 +22,7 @@ import contextlib
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -47,7 +47,7 @@ class PruningMasks:
         self.neurons = [torch.ones(n, **like, requires_grad=requires_grad) for n in neurons]
         self._hooks: list[Any] = []
 
-    def __enter__(self) -> PruningMasks:
+    def __enter__(self) -> Self:
         for index, layer in enumerate(layer_stack(self.model, self.layout)):
             self._hooks.append(layer.get_submodule(self.layout.attention).register_forward_hook(self._head_hook(index)))
             self._hooks.append(layer.get_submodule(self.layout.intermediate).register_forward_hook(self._neuron_hook(index)))
