@@ -102,9 +102,10 @@ def unicode_tokens() -> list[str]:
     return [token for c in chars for token in (c, f"##{c}")]
 
 
-def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16, extra_tokens: Sequence[str] = ()) -> Path:
-    """Save a random BertModel and a fast WordPiece tokenizer (vocabulary :data:`TINY_VOCAB`, then those of
-    ``extra_tokens`` it lacks) into ``folder``."""
+def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16, extra_tokens: Sequence[str] = (),
+                    heads: int = 2) -> Path:
+    """Save a random BertModel (``heads`` attention heads a layer) and a fast WordPiece tokenizer
+    (vocabulary :data:`TINY_VOCAB`, then those of ``extra_tokens`` it lacks) into ``folder``."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
@@ -127,7 +128,7 @@ def build_tiny_bert(folder: Path, num_layers: int = 4, hidden: int = 16, extra_t
         vocab_size=tok.get_vocab_size(),
         hidden_size=hidden,
         num_hidden_layers=num_layers,
-        num_attention_heads=2,
+        num_attention_heads=heads,
         intermediate_size=2 * hidden,
         max_position_embeddings=512,
     )

@@ -62,6 +62,9 @@ class EncoderTaskNetwork(nn.Module):
         if not self.reads_encoder_pooler():
             self.encoder.drop_pooler()
         self.feature_cache: FeatureCache | None = None  # set by the runner when the cache applies
+        #: Keep the encoder's graph even when it is frozen: gradients must reach something inside it
+        #: (pruning's head and neuron masks, ``tasks/compression/prune_importance.py``).
+        self.encoder_graph_always = False
         # from_pretrained leaves the encoder in eval mode and Lightning keeps modes as it finds them:
         # without this, full fine-tuning would silently train with dropout off.
         self.train()
@@ -119,7 +122,7 @@ class EncoderTaskNetwork(nn.Module):
             cached = self.feature_cache.lookup(batch)
             if cached is not None:
                 return cached
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+        with torch.set_grad_enabled(torch.is_grad_enabled() and (self.encoder_graph_always or not self.encoder_frozen)):
             return self.encoder(**encoder_inputs(batch), all_layers=not self.fusion.reads_last_only)
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

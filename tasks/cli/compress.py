@@ -5,6 +5,8 @@
     sesame-compress drop-layers outputs/glue/<run> student --keep every_other
     sesame-compress drop-layers minilm_l6 student-l3 --keep bottom --num-layers 3
     sesame-train encoder.name_or_path=student/encoder distill.teacher=outputs/glue/<run>
+    sesame-compress prune outputs/glue/<run> outputs/glue/<run>-pruned --heads 0.3 --ffn 0.4
+    sesame-train encoder.name_or_path=outputs/glue/<run>-pruned/encoder distill.teacher=outputs/glue/<run>
 
 Each command prints a JSON report (also written as ``<output>/compression.json``).
 """
@@ -25,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sesame-compress", description="Make a trained sesame model smaller or faster.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{quantize,drop-layers}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{quantize,drop-layers,prune}")
     q = commands.add_parser(
         "quantize", help="dynamic int8 quantisation of every linear layer (CPU inference)",
         description="Dynamic int8 quantisation (torch.ao.quantization.quantize_dynamic) of the encoder's and the "
@@ -46,6 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "or layer indices such as 0,2,4 (default: every_other)")
     d.add_argument("--num-layers", type=int, default=None, help="how many layers to keep, with --keep bottom/top")
     d.add_argument("--encoder-only", action="store_true", help="from a sesame checkpoint: write only the encoder folder")
+    p = commands.add_parser(
+        "prune", help="remove the least important attention heads and feed-forward neurons (structured pruning)",
+        description="Score every attention head and feed-forward neuron by |dL/dmask| on the run's own training "
+        "batches (Michel et al. 2019), remove the lowest-scoring ones across all layers, and write the smaller "
+        "model as a run folder: <output>/encoder (compact weights; config.json records what each layer keeps), "
+        "checkpoints/best.ckpt, config.yaml and compression.json. Families: bert, roberta, xlm-roberta, electra.",
+    )
+    p.add_argument("checkpoint", help="a sesame .ckpt file or run folder (its checkpoints/best.ckpt), float (not int8)")
+    p.add_argument("output", help="folder to write (must not exist)")
+    p.add_argument("--heads", type=float, default=0.0, help="share of all attention heads to remove, in [0, 1) (default 0)")
+    p.add_argument("--ffn", type=float, default=0.0,
+                   help="share of all feed-forward neurons to remove, in [0, 1) (default 0)")
+    p.add_argument("--batches", type=int, default=32, help="training batches to score on (default 32)")
     return parser
 
 
@@ -58,6 +73,13 @@ def main(argv: list[str] | None = None) -> None:
             from sesame.tasks.compression.quantize import quantize_checkpoint
 
             report = quantize_checkpoint(args.checkpoint, args.output)
+        elif args.command == "prune":
+            from sesame.tasks.compression.prune import prune
+
+            report = prune(args.checkpoint, args.output, heads=args.heads, ffn=args.ffn, batches=args.batches)
+            # The scores and kept positions of every neuron are long: they stay in the file.
+            report = {**report, "importance": f"{args.output}/compression.json",
+                      "neurons": {k: v for k, v in report["neurons"].items() if k != "kept_per_layer"}}
         else:
             from sesame.tasks.compression.drop_layers import drop_layers
 

@@ -5,4 +5,6 @@
 - :mod:`.quantize`: ``sesame-compress quantize`` (checkpoint -> quantised run folder).
 - :mod:`.drop_layers`: ``sesame-compress drop-layers`` (keep k transformer layers: a student encoder).
 - :mod:`.distill`: the frozen teacher and its logit cache behind ``distill.teacher=...``.
+- :mod:`.prune`: ``sesame-compress prune`` (remove the least important attention heads and feed-forward
+  neurons); :mod:`.prune_importance` scores them (masks, ``|dL/dmask|``).
 """

@@ -25,7 +25,8 @@ from sesame.tasks.core.atomic_files import write_json_atomic
 from sesame.tasks.saved.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
 from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.encoders.encoder import find_layer_stack, load_tokenizer, resolve_name_or_path
-from sesame.tasks.encoders.families import PER_LAYER_CONFIG, family_of, load_encoder_model, shared_layers_error
+from sesame.tasks.encoders.families import PER_LAYER_CONFIG, family_of, load_encoder_model, prune_layout, shared_layers_error
+from sesame.tasks.encoders.pruning import PruningPlan, apply_plan
 from sesame.tasks.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,14 @@ def drop_model_layers(model: PreTrainedModel, layers: list[int], pooler: nn.Line
         value = getattr(config, attr, None)
         if isinstance(value, (list, tuple)) and len(value) == num_layers:
             setattr(config, attr, [value[i] for i in layers])
+    # A pruned encoder (sesame-compress prune) keeps the kept layers' heads and neurons.
+    plan = PruningPlan.of_config(model.config)
+    if plan is not None:
+        plan = plan.dropped(layers)
+        plan.record(config)
     student = type(model)(config).to(model.dtype)
+    if plan is not None:
+        apply_plan(student, plan, prune_layout(config, "drop-layers"))
     if getattr(model, "pooler", "none") is None and pooler is None:  # a trained run's encoder, its unused pooler dropped
         student.pooler = None
     stack, _ = find_layer_stack(model, num_layers)

@@ -21,6 +21,14 @@ import torch
 from torch import nn
 
 from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.encoders.pruning import (
+    BERT_LAYOUT,
+    PLAN_KEY,
+    PruneLayout,
+    PruningPlan,
+    load_pruned,
+    unsupported_message,
+)
 
 #: Where a family's sequence-summary token is: ``first`` ([CLS], <s>), ``last`` (XLNet's <cls>,
 #: after the last segment) or None (T5 has none: its first token is the first word).
@@ -48,6 +56,9 @@ class EncoderFamily:
     onnx_unsupported: str | None = None
     #: Why ``--exporter dynamo`` (torch.export) fails on the family where ``torchscript`` works.
     dynamo_unsupported: str | None = None
+    #: Where its layers keep the attention heads and feed-forward neurons structured pruning removes
+    #: (``tasks/encoders/pruning.py``); None: the family cannot be pruned.
+    pruning: PruneLayout | None = None
 
     def __post_init__(self) -> None:
         if self.summary_token not in SUMMARY_TOKENS:  # pragma: no cover - a typo in FAMILIES
@@ -61,6 +72,10 @@ FAMILIES: dict[str, EncoderFamily] = {f.model_type: f for f in (
     EncoderFamily("xlnet", summary_token="last",
                   dynamo_unsupported="torch's dynamo exporter cannot convert transformers' XLNet (its attention mask "
                                      "subtracts a tensor from a Python float, for which it finds no aten.sub overload)"),
+    EncoderFamily("bert", pruning=BERT_LAYOUT),
+    EncoderFamily("roberta", pruning=BERT_LAYOUT),
+    EncoderFamily("xlm-roberta", pruning=BERT_LAYOUT),
+    EncoderFamily("electra", pruning=BERT_LAYOUT),
     EncoderFamily("t5", summary_token=None),
     EncoderFamily("mt5", summary_token=None),
     EncoderFamily("umt5", summary_token=None),
@@ -78,6 +93,16 @@ def family_of(config: Any) -> EncoderFamily:
     """The family record of a transformers config (a BERT-like default for families not listed)."""
     model_type = str(getattr(config, "model_type", "") or "")
     return FAMILIES.get(model_type, EncoderFamily(model_type))
+
+
+def prune_layout(config: Any, setting: str) -> PruneLayout:
+    """Where the family of ``config`` keeps what structured pruning removes; a :class:`ConfigError`
+    naming ``setting``, the family and the families that can be pruned where it is not known."""
+    layout = family_of(config).pruning
+    if layout is None:
+        raise ConfigError(unsupported_message(family_of(config).model_type,
+                                              [f.model_type for f in FAMILIES.values() if f.pruning], setting))
+    return layout
 
 
 # Loading: the encoder half of encoder-decoder models -------------------------------------------------
@@ -119,10 +144,14 @@ def load_encoder_model(path: str, config: Any, load_weights: bool, **kwargs: Any
 
     An encoder-decoder checkpoint (``BartModel``, ``T5Model``, ``...ForConditionalGeneration``) gives
     its encoder; a folder sesame saved from such an encoder (``architectures`` names the encoder class)
-    loads as it is. ``load_weights=False`` builds the architecture from ``config`` alone.
+    loads as it is; a pruned encoder (its config records the plan: ``tasks/encoders/pruning.py``) gets
+    the recorded shapes before its weights. ``load_weights=False`` builds the architecture from ``config`` alone.
     """
     from transformers import AutoModel
 
+    if getattr(config, PLAN_KEY, None) is not None:  # sesame-compress prune wrote it: the shapes are in the record
+        layout = prune_layout(config, f"{path}: its config.json records a pruned model ({PLAN_KEY})")
+        return load_pruned(path, config, PruningPlan.of_config(config), layout, load_weights, **kwargs)
     cls = encoder_class(config)
     if cls is None:
         if not load_weights:

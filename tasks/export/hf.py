@@ -14,6 +14,10 @@ load. It is written only where sesame's network *is* that model:
   not a CRF);
 - the weights are float (a ``sesame-compress quantize`` run holds packed int8 weights).
 
+A pruned encoder (``sesame-compress prune``: layers with different numbers of heads and neurons,
+which a transformers config cannot say) is written in the unpruned shapes with the removed heads'
+and neurons' weights zero (``tasks/encoders/pruning.py`` ``full_shape_state``): the same outputs.
+
 Anything else is a :class:`ConfigError` naming each setting that does not map and why, and pointing
 to ``--format onnx`` (the whole sesame network) or the sesame run folder. The task says which model
 class and labels (``TaskExport.auto_class``, ``hf_config``) and fills its head's weights
@@ -38,6 +42,8 @@ from sesame.tasks.base.export import TaskExport
 from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.encoders.encoder import encoder_inputs
+from sesame.tasks.encoders.families import prune_layout
+from sesame.tasks.encoders.pruning import PruningPlan, full_shape_state, head_size, plain_config
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export import as_tuple, check_output_folder, staged_folder, task_export
 from sesame.tasks.export.model_card import write_model_card
@@ -47,6 +53,10 @@ log = logging.getLogger(__name__)
 #: Where the model does not map: what to use instead.
 ALTERNATIVES = ("Use --format onnx (the whole sesame network, run with onnxruntime or sesame-predict), or the "
                 "sesame run folder itself (sesame-eval / sesame-predict)")
+#: What the folder of a pruned model (``sesame-compress prune``) is.
+PRUNED_NOTE = ("a pruned model in plain transformers shapes: every layer has all its attention heads and the widest "
+               "layer's number of feed-forward neurons, the removed heads' and neurons' weights zero (the pruned "
+               "model's outputs, not its size; --format onnx exports the compact model)")
 #: Largest difference allowed between the exported model's outputs and sesame's, relative to their size.
 TOLERANCE = 1e-5
 
@@ -142,6 +152,9 @@ def new_hf_model(trained: TrainedModel, task: TaskExport | None = None) -> PreTr
     task = task or task_export(trained)
     module = trained.module
     config = copy.deepcopy(module.encoder.model.config)
+    plan = PruningPlan.of_config(config)
+    if plan is not None:  # every head, the widest layer's neurons: the pruned model's weights fit, zero-padded
+        config = plain_config(config, plan)
     task.hf_config(config)
     try:
         return auto_class(task.auto_class).from_config(config, dtype=next(module.encoder.model.parameters()).dtype)
@@ -155,7 +168,13 @@ def fill_weights(hf: PreTrainedModel, trained: TrainedModel, task: TaskExport | 
     weight of ``hf`` is set."""
     task = task or task_export(trained)
     base = getattr(hf, hf.base_model_prefix)
-    missing, unexpected = base.load_state_dict(plain_encoder_state(trained.module.encoder.model), strict=False)
+    model = trained.module.encoder.model
+    state = plain_encoder_state(model)
+    plan = PruningPlan.of_config(model.config)
+    if plan is not None:
+        layout = prune_layout(model.config, "--format hf")
+        state = full_shape_state(state, plan, layout, head_size(model, layout))
+    missing, unexpected = base.load_state_dict(state, strict=False)
     # A task model without a pooler (QA, tagging, RoBERTa-style classification) leaves the encoder's out.
     unexpected = [k for k in unexpected if not k.startswith("pooler.")]
     filled = task.fill_head(hf)
@@ -242,6 +261,8 @@ def export_hf(run: str | Path, output: str | Path, command: str | None = None) -
         "architecture": type(hf).__name__, "auto_class": task.auto_class, "labels": task.report_labels(hf),
         "max_abs_diff": diff,
     }
+    if PruningPlan.of_config(trained.module.encoder.model.config) is not None:
+        report["pruned"] = PRUNED_NOTE
     report.update(task.report_entries())  # multi-label: the decision thresholds
     with staged_folder(output) as folder:
         hf.save_pretrained(folder)
