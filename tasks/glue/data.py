@@ -10,6 +10,7 @@ how its task is scored (its settings' ``task_spec()``, ``tasks/glue/settings.py`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.inputs.datamodule import SplitDataModule
+from sesame.tasks.inputs.holdout import holdout_indices
 from sesame.tasks.encoders.encoder import check_max_seq_length
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.glue.readers import (
@@ -32,6 +34,8 @@ from sesame.tasks.glue.readers import (
 
 if TYPE_CHECKING:  # imported where data is read (tasks/glue/readers.py): not on sesame-predict's path
     import datasets
+
+log = logging.getLogger(__name__)
 
 # Evaluation splits and the data keys naming their files; MNLI also has a mismatched dev set.
 EVAL_SPLITS = (("validation", "validation_file"), ("validation_mismatched", "validation_mismatched_file"), ("test", "test_file"))
@@ -75,9 +79,16 @@ class SentenceDataModule(SplitDataModule):
         raw: dict[str, datasets.Dataset] = {}  # read and limited, not yet tokenised
         if stage in (None, "fit") and s.train_file:
             raw["train"] = self._limit(self._read("train_file", require_labels=True), s.max_train_examples)
+            if s.holdout_fraction:  # validate on a share of the training file: the dev files are not read
+                train, held_out = holdout_indices(len(raw["train"]), s.holdout_fraction, s.holdout_seed)
+                raw["validation"] = raw["train"].select(held_out)
+                raw["train"] = raw["train"].select(train)
+                log.info("data.holdout_fraction=%s: training on %d examples of %s, validating on the other %d "
+                         "(data.holdout_seed=%d); the dev set is not read", s.holdout_fraction, len(train),
+                         s.train_file, len(held_out), s.holdout_seed)
         for split, key in EVAL_SPLITS:
             path = getattr(s, key, None)
-            if path:
+            if path and not (split.startswith("validation") and "validation" in raw):
                 raw[split] = self._limit(self._read(key, require_labels=False), s.max_eval_examples)
         if not raw:
             raise ConfigError("no data files configured: set data.train_file and/or data.validation_file")

@@ -11,10 +11,24 @@ from sesame.tasks.core.settings import Settings
 from sesame.tasks.glue.metrics import METRICS
 from sesame.tasks.glue.specs import MULTILABEL_METRICS, REGRESSION_METRICS, GlueTaskSpec, glue_spec
 from sesame.tasks.inputs.data_settings import DataSettings
+from sesame.tasks.inputs.holdout import check_holdout_fraction
 
 
 @dataclass(frozen=True, kw_only=True)
-class GlueDataSettings(DataSettings):
+class SentenceDataSettings(DataSettings):
+    """What both sentence-task data settings have beyond every task's: a held-out share of the training
+    file to validate on instead of the dev file (``tasks/inputs/holdout.py``)."""
+
+    holdout_fraction: float | None  # null: validate on data.validation_file
+    holdout_seed: int  # which examples are held out (the same for every job of a sweep)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_holdout_fraction(self.holdout_fraction)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlueDataSettings(SentenceDataSettings):
     """``cfg.data`` for ``task=glue`` (``conf/data/sst2_slice.yaml`` and the presets built on it)."""
 
     task_name: str
@@ -30,7 +44,7 @@ class GlueDataSettings(DataSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TableDataSettings(DataSettings):
+class TableDataSettings(SentenceDataSettings):
     """``cfg.data`` for ``task=text_classification`` (``conf/data/table.yaml``)."""
 
     text_column: str
