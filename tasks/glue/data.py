@@ -77,9 +77,10 @@ class SentenceDataModule(SplitDataModule):
             return
         s = self.settings
         raw: dict[str, datasets.Dataset] = {}  # read and limited, not yet tokenised
+        holding_out = stage in (None, "fit") and bool(s.train_file) and bool(s.holdout_fraction)
         if stage in (None, "fit") and s.train_file:
             raw["train"] = self._limit(self._read("train_file", require_labels=True), s.max_train_examples)
-            if s.holdout_fraction:  # validate on a share of the training file: the dev files are not read
+            if holding_out:  # validate on a share of the training file: the dev files are not read
                 train, held_out = holdout_indices(len(raw["train"]), s.holdout_fraction, s.holdout_seed)
                 raw["validation"] = raw["train"].select(held_out)
                 raw["train"] = raw["train"].select(train)
@@ -88,7 +89,7 @@ class SentenceDataModule(SplitDataModule):
                          s.train_file, len(held_out), s.holdout_seed)
         for split, key in EVAL_SPLITS:
             path = getattr(s, key, None)
-            if path and not (split.startswith("validation") and "validation" in raw):
+            if path and not (split.startswith("validation") and holding_out):
                 raw[split] = self._limit(self._read(key, require_labels=False), s.max_eval_examples)
         if not raw:
             raise ConfigError("no data files configured: set data.train_file and/or data.validation_file")
