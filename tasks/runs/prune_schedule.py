@@ -70,7 +70,7 @@ _MISSING = object()
 def recover_overrides(items: Sequence[str], cfg: dict[str, Any]) -> list[tuple[str, Any]]:
     """``--recover KEY=VALUE`` items as ``(key, value)``, values read as ``sesame-train`` reads them (Hydra's
     override syntax); a :class:`ConfigError` for an item without ``=``, a sweep, an added or deleted key,
-    a key ``cfg`` does not have, or one the schedule sets."""
+    a key ``cfg`` does not have, a whole group (``trainer=debug``), or one the schedule sets."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -97,6 +97,9 @@ def recover_overrides(items: Sequence[str], cfg: dict[str, Any]) -> list[tuple[s
             known = OmegaConf.select(config, group, default=None) if group else None
             hint = f" (its {group} keys: {', '.join(map(str, known))})" if OmegaConf.is_dict(known) else ""
             raise ConfigError(f"--recover {item}: the run's config has no key {key}{hint}")
+        if OmegaConf.is_dict(OmegaConf.select(config, key)):
+            raise ConfigError(f"--recover {item}: {key} is a group of settings, not a setting; a trained run's config "
+                              f"has no group choices to make. Set its keys (--recover {key}.<key>=...)")
         parsed.append((key, override.value()))
     return parsed
 

@@ -707,6 +707,7 @@ def test_one_round_without_recovery_is_one_shot_pruning(run4, pruned, tmp_path, 
     (["--recover", "+trainer.foo=1"], "--recover +trainer.foo=1: only settings the run's config has"),
     (["--recover", "encoder.name_or_path=x"], "the schedule sets encoder.name_or_path itself"),
     (["--recover", "trainer.max_epochs=1,2"], "one value per key"),
+    (["--recover", "trainer=debug"], "--recover trainer=debug: trainer is a group of settings, not a setting"),
 ])
 def test_bad_schedule_arguments_are_one_line_errors(run4, capsys, tmp_path, argv, said):
     line = _cli(capsys, run4("sst2"), tmp_path / "out", "--heads", "0.3", *argv)
@@ -721,3 +722,27 @@ def test_an_existing_folder_that_is_no_schedule_is_refused(run4, capsys, tmp_pat
     line = _cli(capsys, run4("sst2"), out, "--heads", "0.3", "--rounds", "2")
     assert "exists and holds no pruning schedule (schedule.json)" in line and "name a new folder" in line
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+def test_a_schedule_stopped_by_sigterm_says_how_to_continue(run4, capsys, tmp_path, monkeypatch):
+    import signal
+
+    from sesame.tasks.core.errors import RunStopped
+    from sesame.tasks.runs import prune_schedule as schedule_module
+
+    def stopped(cfg, run_dir):
+        raise RunStopped(f"SIGTERM received: the run in {run_dir} ended at step 2 with checkpoints/last.ckpt saved. Its "
+                         f"metrics are not written yet. Continue it with the same command plus hydra.run.dir={run_dir} "
+                         "resume=true", signal.SIGTERM)
+
+    monkeypatch.setattr(schedule_module, "train", stopped)
+    from sesame.tasks.cli.compress import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["prune", str(run4("sst2")), str(tmp_path / "out"), "--heads", "0.3", "--rounds", "2", "--batches", "1",
+              "--recover", "trainer.max_epochs=1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 143
+    assert (f"stopped: round 1 of 2: SIGTERM received: the run in {tmp_path / 'out' / 'rounds' / '1' / 'recovered'} ended at "
+            "step 2 with checkpoints/last.ckpt saved. Its metrics are not written yet. Continue the schedule with the same "
+            f"sesame-compress prune command (output {tmp_path / 'out'})") in err
