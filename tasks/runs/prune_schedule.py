@@ -12,7 +12,7 @@ The scores are computed again in every round, on the model that round prunes
 (``tasks/runs/runner.py``'s ``train``, what ``sesame-train encoder.name_or_path=<pruned>/encoder
 distill.teacher=<source>`` runs): its config is the source run's, with the pruned encoder,
 ``distill.teacher`` the unpruned source in every round, and the ``--recover`` overrides (Hydra's
-syntax; only keys the config has). The next round prunes that recovered run. Without ``--recover`` the
+syntax; only keys the config has; ``--recover distill.teacher=<run>`` names another teacher). The next round prunes that recovered run. Without ``--recover`` the
 rounds only prune (the scores recomputed between cuts). ``--rounds 1`` without ``--recover`` is
 one-shot pruning (:func:`sesame.tasks.compression.prune.prune`), unchanged.
 
@@ -279,9 +279,10 @@ def _recover(pruned_dir: Path, run_dir: Path, teacher: Path, overrides: list[tup
 
 def _recovered_entry(run_dir: Path) -> dict[str, Any]:
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    main = OmegaConf.select(OmegaConf.load(run_dir / "config.yaml"), "task.main_metric", default=None)
-    return {"recovered": str(run_dir), "metric": main, "recovered_score": metrics.get(main) if main else None,
-            "recovered_metrics": metrics}
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    main = OmegaConf.select(cfg, "task.main_metric", default=None)
+    return {"recovered": str(run_dir), "teacher": OmegaConf.select(cfg, "distill.teacher", default=None), "metric": main,
+            "recovered_score": metrics.get(main) if main else None, "recovered_metrics": metrics}
 
 
 def _check_totals(done: list[dict[str, Any]], arguments: dict[str, Any], rounds: int) -> None:
@@ -325,7 +326,7 @@ def _report(output: Path, source: Path, arguments: dict[str, Any], done: list[di
         "source": str(source), "method": "structured_pruning", "schedule": "iterative",
         "heads_fraction": arguments["heads"], "ffn_fraction": arguments["ffn"], "batches": arguments["batches"],
         "rounds_count": arguments["rounds"], "recover": arguments["recover"],
-        "teacher": str(source) if arguments["recover"] else None,
+        "teacher": last.get("teacher"),  # the source, unless --recover distill.teacher=... named another
         "final_run": str(final),
         "heads": {"before": first["heads"]["before"], "after": last["heads"]["after"],
                   "per_layer": last["heads"]["per_layer"], "kept_per_layer": last["heads"]["kept_per_layer"]},
