@@ -113,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-override", action="append", default=[], metavar="KEY=VALUE",
                         help="Hydra override for fine-tuning and for the students (repeatable), e.g. trainer.max_epochs=2")
     parser.add_argument("--distill-override", action="append", default=[], metavar="KEY=VALUE",
-                        help="Hydra override for the student trainings only (repeatable)")
+                        help="Hydra override for the student and recovery trainings only (repeatable)")
     parser.add_argument("--gold-student", action="store_true", help="also train the student on gold labels only")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help="comma-separated variants to measure (finetuned always), from: " + ", ".join(MODELS))
@@ -133,7 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch CPU threads for timing (default: torch's, one per core; 1 with --quick). On a "
                         "machine shared with other jobs use 1: threads that wait for descheduled peers time the load")
     parser.add_argument("--batch-sizes", default="1,32", help="batch sizes to time (default: 1,32)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default: 5)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default: 5; pruning's rounds are --prune-rounds)")
     parser.add_argument("--batches", type=int, default=None,
                         help="batches timed per model, size and round (default: 20 at batch 1, 4 above)")
     parser.add_argument("--quick", action="store_true",
@@ -617,7 +617,9 @@ def main(argv: list[str] | None = None) -> None:
     note = (f"CPU timing: {threads} threads (torch and onnxruntime alike), median seconds per batch over "
             f"{args.rounds} interleaved rounds; speed × = fine-tuned latency / model latency; size = saved state dict "
             "(torch) or the int8 ONNX file (onnxruntime); pruning: --heads "
-            f"{args.heads} --ffn {args.ffn}, recovery in {args.prune_rounds} round(s).")
+            f"{args.heads} --ffn {args.ffn}, recovery in {args.prune_rounds} round(s)."
+            + (" --quick: shipped slices and a few training steps; the numbers check the pipeline and mean nothing."
+               if args.quick else ""))
     names = list(dict.fromkeys(r["model"] for rows in results["tasks"].values() for r in rows))
     (args.out / "compression.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "compression.md").write_text("## Compression\n\n" + note + "\n\n" + variants_legend(names) + "\n\n"
