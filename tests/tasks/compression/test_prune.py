@@ -642,7 +642,7 @@ def test_a_stopped_schedule_continues_from_its_finished_rounds(run4, tmp_path, m
     monkeypatch.setattr(schedule_module, "train", dying_train)
     monkeypatch.setattr(schedule_module, "prune", counted_prune)
     out = tmp_path / "out"
-    args = dict(heads=0.3, ffn=0.4, batches=2, rounds=3, recover=RECOVER)
+    args = {"heads": 0.3, "ffn": 0.4, "batches": 2, "rounds": 3, "recover": RECOVER}
     with pytest.raises(RuntimeError, match="killed"):
         schedule_module.prune_schedule(run4("sst2"), out, **args)
     assert calls == [("prune", "1"), ("train", None), ("prune", "2"), ("train", None)]
@@ -650,9 +650,9 @@ def test_a_stopped_schedule_continues_from_its_finished_rounds(run4, tmp_path, m
     first = (out / "rounds" / "1" / "recovered" / "checkpoints" / "best.ckpt").stat()
     stopped = (out / "rounds" / "2" / "recovered" / "checkpoints" / "last.ckpt").stat()
     # Other arguments are refused, naming what differs; the folder is left as it is.
-    for changed, said in ((dict(heads=0.4), "--heads 0.3 there, 0.4 here"), (dict(rounds=2), "--rounds 3 there, 2 here"),
-                          (dict(recover=RECOVER[:1]), "--recover trainer.max_epochs=1 data.max_train_examples=32 "
-                                                      "data.batch_size=8 there, trainer.max_epochs=1 here")):
+    for changed, said in (({"heads": 0.4}, "--heads 0.3 there, 0.4 here"), ({"rounds": 2}, "--rounds 3 there, 2 here"),
+                          ({"recover": RECOVER[:1]}, ("--recover trainer.max_epochs=1 data.max_train_examples=32 "
+                                                      "data.batch_size=8 there, trainer.max_epochs=1 here"))):
         with pytest.raises(UserError, match=re.escape(said) + ".*rerun with its arguments to continue it"):
             schedule_module.prune_schedule(run4("sst2"), out, **{**args, **changed})
     # The same arguments: round 1 kept, round 2's training resumed from its checkpoint, round 3 run.
@@ -702,8 +702,8 @@ def test_one_round_without_recovery_is_one_shot_pruning(run4, pruned, tmp_path, 
 @pytest.mark.parametrize(("argv", "said"), [
     (["--rounds", "0"], "--rounds 0: prune in at least 1 round"),
     (["--rounds", "2", "--recover", "trainer.max_epochs"], "--recover trainer.max_epochs: give KEY=VALUE"),
-    (["--recover", "trainer.max_epoch=1"], "--recover trainer.max_epoch=1: the run's config has no key trainer.max_epoch "
-                                           "(its trainer keys: max_epochs, max_steps,"),
+    (["--recover", "trainer.max_epoch=1"], ("--recover trainer.max_epoch=1: the run's config has no key trainer.max_epoch "
+                                            "(its trainer keys: max_epochs, max_steps,")),
     (["--recover", "+trainer.foo=1"], "--recover +trainer.foo=1: only settings the run's config has"),
     (["--recover", "encoder.name_or_path=x"], "the schedule sets encoder.name_or_path itself"),
     (["--recover", "trainer.max_epochs=1,2"], "one value per key"),
