@@ -1,23 +1,44 @@
-"""Compression benchmark: size, CPU speed and quality of a fine-tuned model against its int8 version,
-a layer-dropped student, and that student after distillation, measured side by side in one run.
+"""Compression benchmark: size, CPU speed and quality of a fine-tuned model against its compressed versions
+(int8, a layer-dropped and distilled student, structured pruning with and without recovery, onnxruntime
+int8, and all of them in one pipeline), measured side by side in one run.
 
 For each task (SST-2 and SQuAD v1.1, real data from $SESAME_DATA_DIR, default ../shared/data):
-  1. finetuned  fine-tune the encoder (or take --sst2-run / --squad_v1-run),
-  2. int8       sesame-compress quantize (dynamic int8 linear layers),
-  3. student    sesame-compress drop-layers --keep every_other (3 of MiniLM-L6's layers), the
-                fine-tuned head copied, not trained further,
-  4. distilled  that student encoder trained with distill.teacher=<finetuned run>,
- (5. gold_student, with --gold-student: the same student trained on the gold labels only.)
-Every model is scored through sesame-eval's own path (its main metric on the validation set); its
-size is the bytes of its saved state dict; CPU latency and throughput are timed at batch 1 and 32 on
-the same validation batches, in interleaved rounds (each round times every model once, so load
-changes hit all of them alike), medians reported, and speed given as ratios to the fine-tuned model.
+  finetuned         fine-tune the encoder (or take --sst2-run / --squad_v1-run: the teacher of every
+                    distillation below, so give full-data runs, e.g. from benchmarks/full_data_study.py),
+  int8              sesame-compress quantize (torch dynamic int8 linear layers),
+  int8_onnx         sesame-export --format onnx --int8 of the fine-tuned run, run by onnxruntime (OnnxRunner),
+  student           sesame-compress drop-layers --keep every_other (3 of MiniLM-L6's layers), the
+                    fine-tuned head copied, not trained further,
+  distilled         that student encoder trained with distill.teacher=<finetuned run>,
+ (gold_student,     with --gold-student: the same student trained on the gold labels only,)
+  heads             sesame-compress prune --heads H (attention heads alone; no further training),
+  ffn               sesame-compress prune --ffn F (feed-forward neurons alone),
+  pruned            sesame-compress prune --heads H --ffn F (both),
+  pruned_recovered  the same pruning followed by recovery training distilled from the fine-tuned run
+                    (sesame-compress prune --rounds R --recover ...: R rounds of prune-then-recover),
+  pipeline          the distilled student, pruned and recovered (distilled from the fine-tuned run), exported
+                    to ONNX and run by onnxruntime int8: every step at once.
+H, F and R are --heads (default 0.4), --ffn (0.5) and --prune-rounds (1). A recovery training is the
+fine-tuned run's config (its data, optimiser, epochs) with the pruned encoder and the key=value overrides
+the students get (the task's, --<task>-override, --train-override, --distill-override), the distillation
+settings (--alpha, --temperature, the teacher logits cached under <out>/teacher_logits), then
+--recover-override (e.g. trainer.max_epochs=1).
 
-Writes <out>/compression.json and <out>/compression.md and prints the tables. Finished steps are
-reused when the script is run again with the same --out (--fresh redoes them).
+Every model is scored through sesame-eval's own path (its main metric on the validation set; an
+onnxruntime variant's outputs come from its graph, decoded and scored by the same code); its size is the
+bytes of its saved state dict (the int8 ONNX file for onnxruntime variants); CPU latency and throughput
+are timed at batch 1 and 32 on the same validation batches, in interleaved rounds (each round times every
+model once, so load changes hit all of them alike; torch and onnxruntime get the same thread count),
+medians reported, and speed given as ratios to the fine-tuned fp32 model.
+
+Writes <out>/compression.json, <out>/compression.md (tables, the Pareto front of speed at batch 1
+against the dev metric) and <out>/pareto_<task>.png, and prints the tables. Finished steps are reused
+when the script is run again with the same --out (--fresh redoes them; a stopped recovery continues).
 
     python benchmarks/compression.py                                   # both tasks (hours on a CPU)
-    python benchmarks/compression.py --tasks sst2 --sst2-run outputs/glue/<run>
+    python benchmarks/compression.py --tasks sst2 --sst2-run outputs/glue/<full-data run>
+    python benchmarks/compression.py --heads 0.3 --ffn 0.4 --prune-rounds 3 --recover-override trainer.max_epochs=1
+    python benchmarks/compression.py --variants finetuned,int8_onnx,pruned,pruned_recovered
     python benchmarks/compression.py --distill-override trainer.max_epochs=3 --gold-student
     python benchmarks/compression.py --squad_v1-override data.max_eval_examples=1000   # part of dev
     python benchmarks/compression.py --quick                           # shipped slices, a few batches
@@ -32,6 +53,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +72,23 @@ TASKS: dict[str, dict[str, Any]] = {
     },
 }
 QUICK_TRAINER = ["trainer=debug", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
-MODELS = ("finetuned", "int8", "student", "distilled", "gold_student")
+#: Every variant, in table order, and what it is.
+VARIANTS: dict[str, str] = {
+    "finetuned": "the encoder fine-tuned with the task head (fp32, torch): the baseline and every teacher",
+    "int8": "sesame-compress quantize: torch dynamic int8 linear layers",
+    "int8_onnx": "sesame-export --format onnx --int8 of the fine-tuned run, run by onnxruntime",
+    "student": "sesame-compress drop-layers (--keep): the fine-tuned head copied, not trained further",
+    "distilled": "that student trained with distill.teacher=<finetuned>",
+    "gold_student": "that student trained on the gold labels only (control)",
+    "heads": "sesame-compress prune --heads H: attention heads alone, no further training",
+    "ffn": "sesame-compress prune --ffn F: feed-forward neurons alone, no further training",
+    "pruned": "sesame-compress prune --heads H --ffn F, no further training",
+    "pruned_recovered": "the same pruning, then recovery training distilled from <finetuned> (--prune-rounds rounds)",
+    "pipeline": "distilled student -> pruned + recovered (teacher <finetuned>) -> ONNX -> onnxruntime int8",
+}
+MODELS = tuple(VARIANTS)
+#: Measured unless --variants says otherwise (gold_student: with --gold-student).
+DEFAULT_VARIANTS = tuple(n for n in MODELS if n != "gold_student")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,13 +113,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-override", action="append", default=[], metavar="KEY=VALUE",
                         help="Hydra override for fine-tuning and for the students (repeatable), e.g. trainer.max_epochs=2")
     parser.add_argument("--distill-override", action="append", default=[], metavar="KEY=VALUE",
-                        help="Hydra override for the student trainings only (repeatable)")
+                        help="Hydra override for the student and recovery trainings only (repeatable)")
     parser.add_argument("--gold-student", action="store_true", help="also train the student on gold labels only")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help="comma-separated variants to measure (finetuned always), from: " + ", ".join(MODELS))
+    parser.add_argument("--heads", type=float, default=0.4,
+                        help="share of all attention heads pruning removes (heads, pruned, pruned_recovered, pipeline; "
+                        "default 0.4)")
+    parser.add_argument("--ffn", type=float, default=0.5,
+                        help="share of all feed-forward neurons pruning removes (ffn, pruned, pruned_recovered, pipeline; "
+                        "default 0.5)")
+    parser.add_argument("--prune-batches", type=int, default=32, help="training batches pruning scores on (default 32)")
+    parser.add_argument("--prune-rounds", type=int, default=1,
+                        help="rounds of prune-then-recover of pruned_recovered and pipeline (default 1: prune once, "
+                        "recover once)")
+    parser.add_argument("--recover-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override of every recovery training, after the others (repeatable), e.g. trainer.max_epochs=1")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads for timing (default: torch's, one per core; 1 with --quick). On a "
                         "machine shared with other jobs use 1: threads that wait for descheduled peers time the load")
     parser.add_argument("--batch-sizes", default="1,32", help="batch sizes to time (default: 1,32)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default: 5)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default: 5; pruning's rounds are --prune-rounds)")
     parser.add_argument("--batches", type=int, default=None,
                         help="batches timed per model, size and round (default: 20 at batch 1, 4 above)")
     parser.add_argument("--quick", action="store_true",
@@ -93,9 +145,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    args.variants = ["finetuned", *(v.strip() for v in args.variants.split(",") if v.strip() and v.strip() != "finetuned")]
+    if args.gold_student and "gold_student" not in args.variants:
+        args.variants.append("gold_student")
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        parser.error(f"unknown variant(s) {bad}; choose from {', '.join(MODELS)}")
+    for flag, value in (("--heads", args.heads), ("--ffn", args.ffn)):
+        if not 0.0 < value < 1.0:
+            parser.error(f"{flag} {value}: a share of them to remove, in (0, 1)")
+    if args.prune_rounds < 1 or args.prune_batches < 1:
+        parser.error("--prune-rounds and --prune-batches are at least 1")
     if args.quick:
         args.rounds = min(args.rounds, 2)
         args.threads = args.threads or 1
+        args.prune_batches = min(args.prune_batches, 2)
     return args
 
 
@@ -146,32 +210,118 @@ def train_run(overrides: list[str], folder: Path, fresh: bool) -> Path:
     return folder
 
 
-def build_models(args: argparse.Namespace, task: str) -> dict[str, Path]:
-    """Every model's run folder (or checkpoint) for ``task``, making those that are missing."""
+@dataclass(frozen=True)
+class Model:
+    """A variant to measure: the sesame run folder (or .ckpt) it is, and for an onnxruntime variant the
+    ``sesame-export --format onnx --int8`` folder of that run, whose ``model.int8.onnx`` is what runs."""
+
+    run: Path
+    onnx: Path | None = None
+
+
+def recovery_overrides(args: argparse.Namespace, task: str, teacher: Path) -> list[str]:
+    """The ``--recover`` overrides of a recovery training: the settings the students get (the task's, --<task>-override,
+    --train-override, --distill-override: those that set a key; group choices such as ``trainer=debug`` cannot
+    apply to a trained run's config and are left out), the distillation from ``teacher``, then --recover-override."""
+    given = [*task_overrides(args, task), *args.train_override, *args.distill_override]
+    plain = [o for o in given if "=" in o and "." in o.split("=", 1)[0] and not o.startswith(("+", "~"))]
+    distill = [f"distill.teacher={Path(teacher).resolve()}", f"distill.alpha={args.alpha}",
+               f"distill.temperature={args.temperature}", "distill.cache=true",
+               f"distill.cache_dir={(args.out / 'teacher_logits').resolve()}"]
+    return [*plain, *distill, *args.recover_override]
+
+
+def prune_once(args: argparse.Namespace, source: Path, folder: Path, heads: float, ffn: float) -> Path:
+    """``sesame-compress prune`` of ``source`` into ``folder`` (kept when it was pruned with these fractions)."""
+    from sesame.tasks.compression.prune import prune
+
+    if done(folder, "compression.json", args.fresh):
+        report = json.loads((folder / "compression.json").read_text())
+        if (report["heads_fraction"], report["ffn_fraction"]) != (heads, ffn):
+            sys.exit(f"error: {folder} was pruned with --heads {report['heads_fraction']} --ffn {report['ffn_fraction']}, "
+                     f"not {heads} / {ffn}. Fix: --fresh, or another --out")
+        return folder
+    print(f"[prune] {source} -> {folder} (--heads {heads} --ffn {ffn})", flush=True)
+    prune(source, folder, heads=heads, ffn=ffn, batches=args.prune_batches)
+    return folder
+
+
+def prune_and_recover(args: argparse.Namespace, task: str, source: Path, folder: Path, teacher: Path) -> Path:
+    """``sesame-compress prune --rounds <--prune-rounds> --recover ...`` of ``source`` into ``folder``, the
+    recovery distilled from ``teacher``: the last round's recovered run (a stopped schedule continues)."""
+    from sesame.tasks.runs.prune_schedule import prune_schedule
+
+    if args.fresh and folder.exists():
+        shutil.rmtree(folder)
+    recover = recovery_overrides(args, task, teacher)
+    if not (folder / "compression.json").is_file():
+        print(f"[prune+recover] {source} -> {folder} (--heads {args.heads} --ffn {args.ffn}, {args.prune_rounds} "
+              f"round(s), --recover {' '.join(recover)})", flush=True)
+    prune_schedule(source, folder, heads=args.heads, ffn=args.ffn, batches=args.prune_batches,
+                   rounds=args.prune_rounds, recover=recover)
+    return folder
+
+
+def export_int8_onnx(run: Path, folder: Path, fresh: bool) -> Path:
+    """``sesame-export --format onnx --int8`` of ``run`` into ``folder`` (kept when whole)."""
+    from sesame.tasks.export.onnx import export_onnx
+    from sesame.tasks.inference.onnx_session import INT8_FILE
+
+    if fresh or not (folder / INT8_FILE).is_file():
+        if folder.exists():
+            shutil.rmtree(folder)
+        print(f"[export] {run} -> {folder} (onnx, --int8)", flush=True)
+        export_onnx(run, folder, int8=True)
+    return folder
+
+
+def build_models(args: argparse.Namespace, task: str) -> dict[str, Model]:
+    """Every variant of ``task`` (those of ``--variants``), making what is missing."""
     from sesame.tasks.compression.drop_layers import drop_layers
     from sesame.tasks.compression.quantize import quantize_checkpoint
 
     root = args.out / task
     base = task_overrides(args, task)
     train = [*base, *args.train_override]
+    wanted = set(args.variants)
     given = getattr(args, f"{task}_run")
-    finetuned = given or train_run([*train, f"encoder.name_or_path={args.encoder}"], root / "finetuned", args.fresh)
-    models = {"finetuned": Path(finetuned)}
-    if not done(root / "int8", "compression.json", args.fresh):
-        print(f"[quantize] {finetuned} -> {root / 'int8'}", flush=True)
-        quantize_checkpoint(finetuned, root / "int8")
-    models["int8"] = root / "int8"
-    if not done(root / "student", "compression.json", args.fresh):
-        print(f"[drop-layers] {finetuned} -> {root / 'student'} (--keep {args.keep})", flush=True)
-        drop_layers(finetuned, root / "student", keep=args.keep, num_keep=args.num_layers)
-    models["student"] = root / "student"
+    finetuned = Path(given or train_run([*train, f"encoder.name_or_path={args.encoder}"], root / "finetuned", args.fresh))
+    models = {"finetuned": Model(finetuned)}
+    if "int8" in wanted:
+        if not done(root / "int8", "compression.json", args.fresh):
+            print(f"[quantize] {finetuned} -> {root / 'int8'}", flush=True)
+            quantize_checkpoint(finetuned, root / "int8")
+        models["int8"] = Model(root / "int8")
+    if "int8_onnx" in wanted:
+        models["int8_onnx"] = Model(finetuned, export_int8_onnx(finetuned, root / "onnx", args.fresh))
+    if wanted & {"student", "distilled", "gold_student", "pipeline"}:
+        if not done(root / "student", "compression.json", args.fresh):
+            print(f"[drop-layers] {finetuned} -> {root / 'student'} (--keep {args.keep})", flush=True)
+            drop_layers(finetuned, root / "student", keep=args.keep, num_keep=args.num_layers)
+        if "student" in wanted:
+            models["student"] = Model(root / "student")
     student = [*train, f"encoder.name_or_path={(root / 'student' / 'encoder').resolve()}", *args.distill_override]
-    distill = [f"distill.teacher={Path(finetuned).resolve()}", f"distill.alpha={args.alpha}",
+    distill = [f"distill.teacher={finetuned.resolve()}", f"distill.alpha={args.alpha}",
                f"distill.temperature={args.temperature}", "distill.cache=true",
                f"distill.cache_dir={(args.out / 'teacher_logits').resolve()}"]
-    models["distilled"] = train_run([*student, *distill], root / "distilled", args.fresh)
-    if args.gold_student:
-        models["gold_student"] = train_run(student, root / "gold_student", args.fresh)
+    if wanted & {"distilled", "pipeline"}:
+        distilled = train_run([*student, *distill], root / "distilled", args.fresh)
+        if "distilled" in wanted:
+            models["distilled"] = Model(distilled)
+    if "gold_student" in wanted:
+        models["gold_student"] = Model(train_run(student, root / "gold_student", args.fresh))
+    if "heads" in wanted:
+        models["heads"] = Model(prune_once(args, finetuned, root / "heads", args.heads, 0.0))
+    if "ffn" in wanted:
+        models["ffn"] = Model(prune_once(args, finetuned, root / "ffn", 0.0, args.ffn))
+    if "pruned" in wanted:
+        models["pruned"] = Model(prune_once(args, finetuned, root / "pruned", args.heads, args.ffn))
+    if "pruned_recovered" in wanted:
+        models["pruned_recovered"] = Model(prune_and_recover(args, task, finetuned, root / "pruned_recovered", finetuned))
+    if "pipeline" in wanted:
+        # The distilled student, pruned and recovered (distilled from the fine-tuned model), as onnxruntime int8.
+        pipeline = prune_and_recover(args, task, root / "distilled", root / "pipeline_pruned", finetuned)
+        models["pipeline"] = Model(pipeline, export_int8_onnx(pipeline, root / "pipeline_onnx", args.fresh))
     return models
 
 
@@ -183,15 +333,34 @@ def load(args: argparse.Namespace, task: str, source: Path) -> tuple[Any, Any]:
     return load_for_evaluation(compose("eval", [*task_overrides(args, task), f"model={source}"]))
 
 
-def score(args: argparse.Namespace, task: str, name: str, source: Path) -> dict[str, float]:
-    """Validation metrics through sesame-eval's own path (written to <out>/<task>/eval_<name>)."""
-    from sesame.tasks.runs.evaluation import evaluate
+def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: Any = None) -> dict[str, float]:
+    """Validation metrics through sesame-eval's own path (written to <out>/<task>/eval_<name>); an onnxruntime
+    variant's outputs are its graph's (``runner``, an ``OnnxRunner``), put in place of the module's forward,
+    so its predictions are decoded and scored by the same code as every other variant's."""
+    from omegaconf import OmegaConf
+
+    from sesame.tasks.runs import evaluation
+    from sesame.tasks.saved.int8 import QUANTIZED_TRAINER
 
     folder = args.out / task / f"eval_{name}"
     if done(folder, "metrics.json", args.fresh):
         return json.loads((folder / "metrics.json").read_text())
-    print(f"[eval] {name}: {source}", flush=True)
-    return evaluate(compose("eval", [*task_overrides(args, task), f"model={source}"]), folder)
+    print(f"[eval] {name}: {model.onnx / 'model.int8.onnx' if model.onnx else model.run}", flush=True)
+    cfg = compose("eval", [*task_overrides(args, task), f"model={model.run}"])
+    if model.onnx is None:
+        return evaluation.evaluate(cfg, folder)
+    real = evaluation.load_for_evaluation
+
+    def onnx_outputs(eval_cfg: Any, overrides: Any = ()) -> tuple[Any, Any]:
+        module, data_cfg = real(eval_cfg, overrides)
+        module.forward = runner  # the module's evaluation path, its outputs from onnxruntime (on CPU)
+        return module, OmegaConf.merge(data_cfg, {"trainer": QUANTIZED_TRAINER})
+
+    evaluation.load_for_evaluation = onnx_outputs
+    try:
+        return evaluation.evaluate(cfg, folder)
+    finally:
+        evaluation.load_for_evaluation = real
 
 
 def timing_batches(datamodule_cfg: Any, batch_size: int, count: int, seed: int = 0) -> list[dict]:
@@ -229,27 +398,43 @@ def time_models(modules: dict[str, Any], batches: list[dict], rounds: int) -> di
     return seconds
 
 
-def measure_task(args: argparse.Namespace, task: str, models: dict[str, Path]) -> list[dict[str, Any]]:
+def onnx_bytes(folder: Path) -> int:
+    """Bytes of the int8 graph (with its external data, if any)."""
+    return sum(p.stat().st_size for p in folder.iterdir() if p.name.startswith("model.int8.onnx"))
+
+
+def measure_task(args: argparse.Namespace, task: str, models: dict[str, Model]) -> list[dict[str, Any]]:
     import torch
 
+    from sesame.tasks.inference.onnx_runner import OnnxRunner
     from sesame.tasks.saved.checkpoints import state_dict_bytes
 
+    threads = torch.get_num_threads()
+    timing_threads = args.threads or threads
     rows: dict[str, dict[str, Any]] = {}
-    modules: dict[str, Any] = {}
+    callables: dict[str, Any] = {}
     data_cfg = None
-    for name, source in models.items():
-        metrics = score(args, task, name, source)
-        module, cfg = load(args, task, source)
+    for name, model in models.items():
+        module, cfg = load(args, task, model.run)
         module = module.cpu().eval()
         data_cfg = data_cfg or cfg
-        modules[name] = module
+        layers = module.encoder.num_hidden_states - 1
+        if model.onnx is None:
+            size, runtime, callables[name] = state_dict_bytes(module), "torch", module
+        else:
+            runner = OnnxRunner.from_folder(model.onnx, int8=True, threads=timing_threads)
+            size, runtime, callables[name] = onnx_bytes(model.onnx), "onnxruntime int8", runner
+        metrics = score(args, task, name, model, callables[name] if model.onnx else None)
         metric = module.main_metric or next(k for k in metrics if k.startswith("val_"))
         rows[name] = {
-            "model": name, "source": str(source), "layers": module.encoder.num_hidden_states - 1,
-            "size_mb": state_dict_bytes(module) / 1e6, "metric": metric, "score": metrics.get(metric), "metrics": metrics,
+            "model": name, "what": VARIANTS[name], "runtime": runtime,
+            "source": str(model.onnx / "model.int8.onnx" if model.onnx else model.run), "layers": layers,
+            "size_mb": size / 1e6, "metric": metric, "score": metrics.get(metric), "metrics": metrics,
         }
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads or threads)  # for the timing only; training keeps torch's default
+        rows[name].update(pruning_facts(model))
+        if model.onnx is not None:
+            del module
+    torch.set_num_threads(timing_threads)  # for the timing only; training keeps torch's default
     try:
         for batch_size in args.batch_sizes:
             count = args.batches or (20 if batch_size == 1 else 4)
@@ -258,7 +443,7 @@ def measure_task(args: argparse.Namespace, task: str, models: dict[str, Path]) -
             batches = timing_batches(data_cfg, batch_size, count)
             print(f"[time] {task}: batch {batch_size}, {len(batches)} batches x {args.rounds} rounds, "
                   f"{torch.get_num_threads()} threads", flush=True)
-            for name, secs in time_models(modules, batches, args.rounds).items():
+            for name, secs in time_models(callables, batches, args.rounds).items():
                 rows[name][f"latency_ms_b{batch_size}"] = 1000 * statistics.median(secs)
                 rows[name][f"throughput_b{batch_size}"] = batch_size / statistics.median(secs)
     finally:
@@ -269,26 +454,125 @@ def measure_task(args: argparse.Namespace, task: str, models: dict[str, Path]) -
         for batch_size in args.batch_sizes:
             row[f"speedup_b{batch_size}"] = base[f"latency_ms_b{batch_size}"] / row[f"latency_ms_b{batch_size}"]
         row["score_delta"] = None if row["score"] is None or base["score"] is None else row["score"] - base["score"]
-    return [rows[n] for n in MODELS if n in rows]
+    ordered = [rows[n] for n in MODELS if n in rows]
+    front = pareto_front(ordered, f"speedup_b{args.batch_sizes[0]}")
+    for row in ordered:
+        row["pareto"] = row["model"] in front
+    return ordered
+
+
+def pruning_facts(model: Model) -> dict[str, Any]:
+    """A pruned variant's heads and neurons kept (of the model it pruned) and, after recovery, its rounds."""
+    path = model.run / "compression.json"
+    report = json.loads(path.read_text()) if path.is_file() else {}
+    if report.get("method") != "structured_pruning":
+        return {}
+    facts = {"heads_kept": f"{report['heads']['after']}/{report['heads']['before']}",
+             "neurons_kept": f"{report['neurons']['after']}/{report['neurons']['before']}"}
+    if isinstance(report.get("rounds"), list):
+        facts["prune_rounds"] = [{"round": r["round"], "heads_fraction": r["heads_fraction"],
+                                  "ffn_fraction": r["ffn_fraction"], "heads_after": r["heads"]["after"],
+                                  "neurons_after": r["neurons"]["after"], "recovered_score": r.get("recovered_score")}
+                                 for r in report["rounds"]]
+        facts["teacher"] = report.get("teacher")
+    return facts
+
+
+def pareto_front(rows: list[dict[str, Any]], speed: str) -> set[str]:
+    """The variants no other variant beats: none is at least as fast (``speed``) and as good (``score``),
+    and better in one of them."""
+    scored = [r for r in rows if r["score"] is not None]
+    return {r["model"] for r in scored
+            if not any(o[speed] >= r[speed] and o["score"] >= r["score"] and (o[speed] > r[speed] or o["score"] > r["score"])
+                       for o in scored)}
 
 
 # Report -------------------------------------------------------------------------------------------
 def markdown_table(task: str, rows: list[dict[str, Any]], batch_sizes: list[int]) -> str:
     metric = rows[0]["metric"]
-    head = ["model", "layers", "size MB", "size ×"]
+    head = ["model", "runtime", "layers", "size MB", "size ×"]
     for b in batch_sizes:
         head += [f"b{b} ms", f"b{b} ex/s", f"b{b} speed ×"]
-    head += [metric, "Δ"]
+    head += [metric, "Δ", "Pareto"]
     lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["model"], str(r["layers"]), f"{r['size_mb']:.3g}", f"{r['size_ratio']:.2f}"]
+        cells = [r["model"], r["runtime"], str(r["layers"]), f"{r['size_mb']:.3g}", f"{r['size_ratio']:.2f}"]
         for b in batch_sizes:
             cells += [f"{r[f'latency_ms_b{b}']:.1f}", f"{r[f'throughput_b{b}']:.1f}", f"{r[f'speedup_b{b}']:.2f}"]
         score = "n/a" if r["score"] is None else f"{r['score']:.4f}"
         delta = "" if r["score_delta"] is None or r["model"] == "finetuned" else f"{r['score_delta']:+.4f}"
-        cells += [score, delta]
+        cells += [score, delta, "yes" if r["pareto"] else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def pareto_table(task: str, rows: list[dict[str, Any]], batch_sizes: list[int]) -> str:
+    """The variants by speed at the first batch size, and which are on the front (speed there against the metric)."""
+    b = batch_sizes[0]
+    metric = rows[0]["metric"]
+    lines = [f"Pareto front of {task} (speed × at batch {b} against dev {metric}): "
+             + ", ".join(r["model"] for r in sorted(rows, key=lambda r: r[f"speedup_b{b}"]) if r["pareto"]) + ".", "",
+             f"| model | b{b} speed × | {metric} | on the front | beaten by |", "|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (-r[f"speedup_b{b}"], r["model"])):
+        beaten = [o["model"] for o in rows if o is not r and o["score"] is not None and r["score"] is not None
+                  and o[f"speedup_b{b}"] >= r[f"speedup_b{b}"] and o["score"] >= r["score"]
+                  and (o[f"speedup_b{b}"] > r[f"speedup_b{b}"] or o["score"] > r["score"])]
+        score = "n/a" if r["score"] is None else f"{r['score']:.4f}"
+        lines.append(f"| {r['model']} | {r[f'speedup_b{b}']:.2f} | {score} | {'yes' if r['pareto'] else ''} | "
+                     f"{', '.join(beaten)} |")
+    return "\n".join(lines)
+
+
+def plot_pareto(task: str, rows: list[dict[str, Any]], batch_size: int, threads: int, quick: bool,
+                path: Path) -> Path | None:
+    """Speed-up at ``batch_size`` (x) against the dev metric (y), one labelled point per variant, the front
+    joined; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return None
+    speed = f"speedup_b{batch_size}"
+    points = [r for r in rows if r["score"] is not None]
+    metric = rows[0]["metric"].removeprefix("val_")
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    # Labels staggered above and below in order of speed, so that close points stay readable.
+    for i, r in enumerate(sorted(points, key=lambda r: r[speed])):
+        on = r["pareto"]
+        ax.scatter(r[speed], r["score"], s=60 if on else 40, zorder=3,
+                   marker="s" if r["runtime"] != "torch" else "o",
+                   color="tab:red" if on else "tab:grey", edgecolor="black" if on else "none")
+        ax.annotate(r["model"], (r[speed], r["score"]), textcoords="offset points", fontsize=8,
+                    xytext=(5, (8, -14, 20, -26)[i % 4]), arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
+    front = sorted((r for r in points if r["pareto"]), key=lambda r: r[speed])
+    ax.plot([r[speed] for r in front], [r["score"] for r in front], color="tab:red", linestyle="--", linewidth=1,
+            zorder=2, label="Pareto front")
+    ax.axvline(1.0, color="black", linewidth=0.5, alpha=0.5)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.margins(y=0.2)
+    ax.set_xlabel(f"CPU speed-up at batch {batch_size} over the fine-tuned fp32 model "
+                  f"(× median latency, {threads} thread{'s' if threads != 1 else ''}; log scale)")
+    ax.set_ylabel(f"dev {metric}")
+    ax.set_title(f"{task}: dev {metric} against CPU speed-up at batch {batch_size}\n(one point per compression variant"
+                 + ("; --quick: the numbers mean nothing)" if quick else ")"), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(handles=[
+        plt.Line2D([], [], marker="o", color="tab:grey", linestyle="", label="torch"),
+        plt.Line2D([], [], marker="s", color="tab:grey", linestyle="", label="onnxruntime int8"),
+        plt.Line2D([], [], marker="o", color="tab:red", markeredgecolor="black", linestyle="--", label="Pareto front"),
+    ], fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def variants_legend(names: list[str]) -> str:
+    return "\n".join(["| variant | what it is |", "|---|---|", *(f"| `{n}` | {VARIANTS[n]} |" for n in MODELS if n in names)])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -297,29 +581,49 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from sesame.tasks.cli.resolvers import register_resolvers
+    from sesame.tasks.core.errors import UserError
 
     register_resolvers()
     args.out.mkdir(parents=True, exist_ok=True)
+    threads = args.threads or torch.get_num_threads()
     results: dict[str, Any] = {"settings": {
         "encoder": args.encoder, "keep": args.keep, "alpha": args.alpha, "temperature": args.temperature,
-        "quick": args.quick, "threads": args.threads or torch.get_num_threads(), "rounds": args.rounds,
+        "heads": args.heads, "ffn": args.ffn, "prune_batches": args.prune_batches, "prune_rounds": args.prune_rounds,
+        "quick": args.quick, "threads": threads, "rounds": args.rounds, "variants": args.variants,
         "train_overrides": args.train_override, "distill_overrides": args.distill_override,
+        "recover_overrides": args.recover_override,
         "task_overrides": {t: getattr(args, f"{t}_override") for t in args.tasks},
         "torch": torch.__version__, "quantized_engine": torch.backends.quantized.engine,
     }, "tasks": {}}
-    tables = []
+    sections = []
     for task in args.tasks:
-        rows = measure_task(args, task, build_models(args, task))
+        try:
+            rows = measure_task(args, task, build_models(args, task))
+        except UserError as err:
+            sys.exit(f"error: {err}")
         results["tasks"][task] = rows
-        tables.append(markdown_table(task, rows, args.batch_sizes))
-        print("\n" + tables[-1] + "\n", flush=True)
+        table, front = markdown_table(task, rows, args.batch_sizes), pareto_table(task, rows, args.batch_sizes)
+        figure = plot_pareto(task, rows, args.batch_sizes[0], threads, args.quick, args.out / f"pareto_{task}.png")
+        caption = (f"![{task}: dev metric against speed-up]({figure.name})\n\n*{task}: each point is one variant, at "
+                   f"its CPU speed-up at batch {args.batch_sizes[0]} over the fine-tuned fp32 model (x, log scale) and "
+                   f"its dev {rows[0]['metric']} (y); squares run in onnxruntime int8, circles in torch; red points "
+                   "joined by the dashed line are the Pareto front (no other variant is as fast and as accurate and "
+                   "better in one).*" if figure else "(matplotlib is not installed: no Pareto plot.)")
+        sections.append("\n\n".join([table, front, caption]))
+        print("\n" + table + "\n\n" + front + "\n", flush=True)
         for r in rows[1:]:
             speed = ", ".join(f"batch {b}: {r[f'speedup_b{b}']:.2f}x" for b in args.batch_sizes)
             print(f"{task} {r['model']}: size {r['size_ratio']:.2f}x of fine-tuned, speed {speed}", flush=True)
-    note = (f"CPU timing: {results['settings']['threads']} threads, median seconds per batch over "
-            f"{args.rounds} interleaved rounds; speed × = fine-tuned latency / model latency; size = saved state dict.")
+    note = (f"CPU timing: {threads} threads (torch and onnxruntime alike), median seconds per batch over "
+            f"{args.rounds} interleaved rounds; speed × = fine-tuned latency / model latency; size = saved state dict "
+            "(torch) or the int8 ONNX file (onnxruntime); pruning: --heads "
+            f"{args.heads} --ffn {args.ffn}, recovery in {args.prune_rounds} round(s)."
+            + (" --quick: shipped slices and a few training steps; the numbers check the pipeline and mean nothing."
+               if args.quick else ""))
+    names = list(dict.fromkeys(r["model"] for rows in results["tasks"].values() for r in rows))
     (args.out / "compression.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "compression.md").write_text("## Compression\n\n" + note + "\n\n" + "\n\n".join(tables) + "\n")
+    (args.out / "compression.md").write_text("## Compression\n\n" + note + "\n\n" + variants_legend(names) + "\n\n"
+                                             + "\n\n".join(sections) + "\n")
     print(f"{note}\nwrote {args.out / 'compression.md'} and {args.out / 'compression.json'}")
 
 

@@ -7,6 +7,8 @@
     sesame-train encoder.name_or_path=student/encoder distill.teacher=outputs/glue/<run>
     sesame-compress prune outputs/glue/<run> outputs/glue/<run>-pruned --heads 0.3 --ffn 0.4
     sesame-train encoder.name_or_path=outputs/glue/<run>-pruned/encoder distill.teacher=outputs/glue/<run>
+    sesame-compress prune outputs/glue/<run> outputs/glue/<run>-pruned3 --heads 0.3 --ffn 0.4 \\
+        --rounds 3 --recover trainer.max_epochs=1      # prune a third, recover (distilled from <run>), repeat
 
 Each command prints a JSON report (also written as ``<output>/compression.json``).
 """
@@ -53,15 +55,38 @@ def build_parser() -> argparse.ArgumentParser:
         description="Score every attention head and feed-forward neuron by |dL/dmask| on the run's own training "
         "batches (Michel et al. 2019), remove the lowest-scoring ones across all layers, and write the smaller "
         "model as a run folder: <output>/encoder (compact weights; config.json records what each layer keeps), "
-        "checkpoints/best.ckpt, config.yaml and compression.json. Families: bert, roberta, xlm-roberta, electra.",
+        "checkpoints/best.ckpt, config.yaml and compression.json. Families: bert, roberta, xlm-roberta, electra. With "
+        "--rounds N and --recover: N rounds of pruning, each followed by training distilled from the source; rounds/<k>/ "
+        "holds each round's pruned and recovered runs, the output is the last one's run folder.",
     )
     p.add_argument("checkpoint", help="a sesame .ckpt file or run folder (its checkpoints/best.ckpt), float (not int8)")
-    p.add_argument("output", help="folder to write (must not exist)")
+    p.add_argument("output", help="folder to write (must not exist; with --rounds or --recover it may hold a stopped "
+                   "schedule of the same arguments, which then continues)")
     p.add_argument("--heads", type=float, default=0.0, help="share of all attention heads to remove, in [0, 1) (default 0)")
     p.add_argument("--ffn", type=float, default=0.0,
                    help="share of all feed-forward neurons to remove, in [0, 1) (default 0)")
     p.add_argument("--batches", type=int, default=32, help="training batches to score on (default 32)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="prune in this many rounds, each removing an equal part of the target counts of the source's heads "
+                   "and neurons, scored again on the model it prunes (default 1: one-shot)")
+    p.add_argument("--recover", action="append", default=[], metavar="KEY=VALUE",
+                   help="after each round, train the pruned model (the source run's config, distill.teacher=<the source>) "
+                   "with this override of a key the config has, e.g. trainer.max_epochs=1 (repeatable; without it the "
+                   "rounds only prune). Rerun the same command to continue a schedule that was stopped")
     return parser
+
+
+def short_prune_report(report: dict, path: str) -> dict:
+    """The report without the per-neuron lists (scores, kept positions), which stay in the file ``path``."""
+    def short(entry: dict) -> dict:
+        return {**entry, "neurons": {k: v for k, v in entry["neurons"].items() if k != "kept_per_layer"}}
+
+    shorter = short(report)
+    if "importance" in report:
+        shorter["importance"] = path
+    if isinstance(report.get("rounds"), list):
+        shorter["rounds"] = [short(entry) for entry in report["rounds"]]
+    return shorter
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,12 +99,11 @@ def main(argv: list[str] | None = None) -> None:
 
             report = quantize_checkpoint(args.checkpoint, args.output)
         elif args.command == "prune":
-            from sesame.tasks.compression.prune import prune
+            from sesame.tasks.runs.prune_schedule import prune_schedule
 
-            report = prune(args.checkpoint, args.output, heads=args.heads, ffn=args.ffn, batches=args.batches)
-            # The scores and kept positions of every neuron are long: they stay in the file.
-            report = {**report, "importance": f"{args.output}/compression.json",
-                      "neurons": {k: v for k, v in report["neurons"].items() if k != "kept_per_layer"}}
+            report = prune_schedule(args.checkpoint, args.output, heads=args.heads, ffn=args.ffn, batches=args.batches,
+                                    rounds=args.rounds, recover=args.recover)
+            report = short_prune_report(report, f"{args.output}/compression.json")
         else:
             from sesame.tasks.compression.drop_layers import drop_layers
 

@@ -17,6 +17,10 @@ Output folder (new; an existing path is refused):
 - ``compression.json``: the fractions, the kept heads and neurons of each layer, parameter counts
   before and after, and the importance scores.
 
+Pruning a little at a time, each step followed by recovery training distilled from the unpruned run
+(``--rounds N --recover KEY=VALUE``), is ``tasks/runs/prune_schedule.py``: it trains, so it lives above
+this layer and calls :func:`prune` once a round.
+
 ``sesame-export --format onnx`` exports the compact model; ``--format hf`` writes plain transformers
 shapes (every head, the widest layer's neurons) with the removed parts' weights zero: the same outputs,
 not a smaller folder (plain transformers cannot describe layers of different sizes).

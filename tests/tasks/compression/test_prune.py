@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from sesame.tasks.compression.prune import prune, training_batches
 from sesame.tasks.compression.prune_importance import PruningMasks, importance, normalised, select
@@ -511,3 +513,236 @@ def test_the_supported_families_have_the_layout_their_models_have(tmp_path):
         loaded, info = load_encoder_model(str(tmp_path / model_type), model.config, load_weights=True)
         assert not info["missing_keys"]
         torch.testing.assert_close(loaded(input_ids=ids).last_hidden_state, masked, atol=2e-6, rtol=0)
+
+
+# Iterative schedule (sesame-compress prune --rounds N --recover KEY=VALUE: tasks/runs/prune_schedule.py) -------
+
+#: Recovery training of the tests: one epoch of 4 batches of 8.
+RECOVER = ["trainer.max_epochs=1", "data.max_train_examples=32", "data.batch_size=8"]
+
+
+@pytest.fixture(scope="module")
+def schedule(run4, tmp_path_factory):
+    """``run4("sst2")`` pruned --heads 0.3 --ffn 0.4 in 3 rounds, each recovered: (output, report)."""
+    from sesame.tasks.runs.prune_schedule import prune_schedule
+
+    out = tmp_path_factory.mktemp("schedule") / "out"
+    return out, prune_schedule(run4("sst2"), out, heads=0.3, ffn=0.4, batches=2, rounds=3, recover=RECOVER)
+
+
+@pytest.mark.parametrize("total", [1, 7, 12, 96, 1536, 18432])
+@pytest.mark.parametrize("rounds", [1, 2, 3, 7])
+def test_each_round_removes_its_share_and_the_last_ends_at_one_shot_counts(total, rounds):
+    from sesame.tasks.runs.prune_schedule import removal_counts, round_fraction
+
+    for fraction in (0.0, 0.05, 0.3, 0.4, 0.5, 0.9):
+        gone = removal_counts(total, fraction, rounds)
+        one_shot = int(fraction * total + 0.5)  # select's rounding
+        assert len(gone) == rounds and gone[-1] == one_shot
+        assert gone == sorted(gone) and all(abs(g - k * one_shot / rounds) <= 0.5 for k, g in enumerate(gone, 1))
+        present = total
+        for before, after in zip([0, *gone], gone):
+            f = round_fraction(after - before, present)
+            assert 0 <= f < 1 or after - before == present
+            ranked = [torch.tensor([float(i) for i in range(present)])]
+            if after - before < present:  # what select removes with that fraction: exactly the round's count
+                assert present - len(select(ranked, f, "x", "--x", "x")[0]) == after - before
+            present -= after - before
+        assert present == total - one_shot
+
+
+def test_an_iterative_schedule_prunes_recovers_with_the_teacher_and_ends_at_one_shot_counts(run4, pruned, schedule):
+    out, report = schedule
+    source = load_trained(run4("sst2")).checkpoint.resolve()
+    assert json.loads((out / "compression.json").read_text()) == report
+    assert json.loads((out / "schedule.json").read_text()) == {
+        "source": str(source), "heads": 0.3, "ffn": 0.4, "batches": 2, "rounds": 3, "recover": RECOVER}
+    # 12 heads, 96 neurons: one-shot removes 4 and 38; after round k, round(k/3 of that) are gone.
+    rounds = report["rounds"]
+    assert [r["heads"]["after"] for r in rounds] == [11, 9, 8] and [r["neurons"]["after"] for r in rounds] == [83, 71, 58]
+    one_shot = pruned("sst2")[1]
+    assert report["heads"]["after"] == one_shot["heads"]["after"] and report["neurons"]["after"] == one_shot["neurons"]["after"]
+    assert [r["heads"]["before"] for r in rounds] == [12, 11, 9]
+    assert [r["heads_fraction"] for r in rounds] == [1 / 12, 2 / 11, 1 / 9]  # each of what the round's model has
+    assert rounds[-1]["heads_removed_share"] == pytest.approx(4 / 12) and rounds[0]["neurons_removed_share"] == pytest.approx(13 / 96)
+    previous = source
+    for k, entry in enumerate(rounds, 1):
+        folder = out / "rounds" / str(k)
+        assert entry["pruned"] == str(folder / "pruned") and entry["recovered"] == str(folder / "recovered")
+        # Each round prunes the previous round's recovered run (the source first), scored again.
+        pruned_report = json.loads((folder / "pruned" / "compression.json").read_text())
+        assert pruned_report["source"] == str(previous)
+        scored = [4, 4, 4] if k == 1 else rounds[k - 2]["heads"]["per_layer"]
+        assert [len(h) for h in pruned_report["importance"]["heads"]] == scored
+        # ... and recovers it: the pruned encoder, the source's config with the overrides, distilled from the source.
+        cfg = OmegaConf.load(folder / "recovered" / "config.yaml")
+        assert cfg.encoder.name_or_path == str((folder / "pruned" / "encoder").resolve())
+        assert cfg.distill.teacher == str(source) and cfg.trainer.max_epochs == 1 and cfg.data.batch_size == 8
+        assert cfg.data.max_train_examples == 32 and cfg.data.max_eval_examples == 40  # the source's own
+        metrics = json.loads((folder / "recovered" / "metrics.json").read_text())
+        assert metrics["train_steps"] == 4
+        assert entry["metric"] == "val_accuracy" and entry["recovered_score"] == metrics["val_accuracy"]
+        recovered = load_trained(folder / "recovered").module
+        assert present(recovered.encoder.model, BERT_LAYOUT) == (entry["heads"]["per_layer"], entry["neurons"]["per_layer"])
+        key = "encoder.model.encoder.layer.0.attention.self.query.weight"
+        assert not torch.equal(recovered.state_dict()[key], load_trained(folder / "pruned").module.state_dict()[key])
+        previous = (folder / "recovered" / "checkpoints" / "best.ckpt").resolve()
+    # Kept heads are the source's indices, kept neurons given as positions among the source's too.
+    last = load_trained(out / "rounds" / "3" / "recovered").module
+    for k in range(2):
+        for before, after in zip(rounds[k]["heads"]["kept_per_layer"], rounds[k + 1]["heads"]["kept_per_layer"]):
+            assert set(after) <= set(before)
+    for layer, kept in enumerate(report["neurons"]["kept_per_layer"]):
+        assert len(kept) == report["neurons"]["per_layer"][layer] == present(last.encoder.model, BERT_LAYOUT)[1][layer]
+        assert kept == sorted(kept) and set(kept) <= set(rounds[0]["neurons"]["kept_per_layer"][layer])
+    assert report["score"] == rounds[-1]["recovered_score"] and report["teacher"] == str(source)
+    assert report["parameters"]["after"] == sum(p.numel() for p in last.parameters()) < report["parameters"]["before"]
+
+
+def test_the_schedule_output_is_the_last_recovered_run(make_cfg, schedule, tmp_path):
+    from sesame.tasks.inference.predictor import Predictor
+    from sesame.tasks.runs.evaluation import evaluate
+
+    out, report = schedule
+    last = out / "rounds" / "3" / "recovered"
+    assert report["final_run"] == str(last)
+    for name in ("config.yaml", "metrics.json", "checkpoints/best.ckpt", "encoder/config.json", "val_SST-2.tsv"):
+        assert (out / name).read_bytes() == (last / name).read_bytes(), name
+    trained, recovered = load_trained(out), load_trained(last)
+    assert trained.encoder_folder == str(out / "encoder")
+    for key, value in recovered.module.state_dict().items():
+        assert torch.equal(trained.module.state_dict()[key], value), key
+    # sesame-eval and sesame-predict run it as any run folder; its dev score is the recovered run's.
+    metrics = evaluate(make_cfg(*run_overrides("sst2"), f"++model={out}"), tmp_path / "eval")
+    assert metrics["val_accuracy"] == report["score"]
+    outputs = Predictor.from_run(out)([{"id": i, "text": t} for i, t in enumerate(sst2_texts(40))])
+    rows = [line.split("\t") for line in (tmp_path / "eval" / "val_SST-2.tsv").read_text().splitlines()[1:]]
+    assert {o["id"]: o["label"] for o in outputs} == {int(i): p for i, p in rows}
+
+
+def test_a_stopped_schedule_continues_from_its_finished_rounds(run4, tmp_path, monkeypatch):
+    from sesame.tasks.runs import prune_schedule as schedule_module
+
+    calls: list[tuple[str, object]] = []
+    real_train, real_prune = schedule_module.train, schedule_module.prune
+    dies = [Path("rounds/2/recovered")]
+
+    def dying_train(cfg, run_dir):
+        calls.append(("train", cfg.resume))
+        real_train(cfg, run_dir)
+        if dies and Path(run_dir).match(f"*/{dies[0]}"):  # round 2's training dies before its metrics are written
+            dies.clear()
+            (Path(run_dir) / "metrics.json").unlink()
+            raise RuntimeError("killed")
+
+    def counted_prune(source, output, **kwargs):
+        calls.append(("prune", Path(output).parent.name))
+        return real_prune(source, output, **kwargs)
+
+    monkeypatch.setattr(schedule_module, "train", dying_train)
+    monkeypatch.setattr(schedule_module, "prune", counted_prune)
+    out = tmp_path / "out"
+    args = {"heads": 0.3, "ffn": 0.4, "batches": 2, "rounds": 3, "recover": RECOVER}
+    with pytest.raises(RuntimeError, match="killed"):
+        schedule_module.prune_schedule(run4("sst2"), out, **args)
+    assert calls == [("prune", "1"), ("train", None), ("prune", "2"), ("train", None)]
+    assert not (out / "compression.json").exists() and (out / "rounds" / "2" / "recovered" / "checkpoints" / "last.ckpt").is_file()
+    first = (out / "rounds" / "1" / "recovered" / "checkpoints" / "best.ckpt").stat()
+    stopped = (out / "rounds" / "2" / "recovered" / "checkpoints" / "last.ckpt").stat()
+    # Other arguments are refused, naming what differs; the folder is left as it is.
+    for changed, said in (({"heads": 0.4}, "--heads 0.3 there, 0.4 here"), ({"rounds": 2}, "--rounds 3 there, 2 here"),
+                          ({"recover": RECOVER[:1]}, ("--recover trainer.max_epochs=1 data.max_train_examples=32 "
+                                                      "data.batch_size=8 there, trainer.max_epochs=1 here"))):
+        with pytest.raises(UserError, match=re.escape(said) + ".*rerun with its arguments to continue it"):
+            schedule_module.prune_schedule(run4("sst2"), out, **{**args, **changed})
+    # The same arguments: round 1 kept, round 2's training resumed from its checkpoint, round 3 run.
+    calls.clear()
+    report = schedule_module.prune_schedule(run4("sst2"), out, **args)
+    assert calls == [("train", True), ("prune", "3"), ("train", None)]
+    assert (out / "rounds" / "1" / "recovered" / "checkpoints" / "best.ckpt").stat().st_mtime_ns == first.st_mtime_ns
+    # Resumed at its end (its one epoch was done): no step trained again, its last checkpoint not rewritten.
+    assert (out / "rounds" / "2" / "recovered" / "checkpoints" / "last.ckpt").stat().st_mtime_ns == stopped.st_mtime_ns
+    assert [r["heads"]["after"] for r in report["rounds"]] == [11, 9, 8]
+    assert json.loads((out / "rounds" / "2" / "recovered" / "metrics.json").read_text())["train_steps"] == 4
+    assert load_trained(out).checkpoint == out / "checkpoints" / "best.ckpt"
+    # A finished schedule rerun returns its report and does nothing.
+    calls.clear()
+    assert schedule_module.prune_schedule(run4("sst2"), out, **args) == report and calls == []
+
+
+def test_rounds_without_recovery_only_prune_scoring_each_model_again(run4, tmp_path):
+    from sesame.tasks.runs.prune_schedule import prune_schedule
+
+    out = tmp_path / "out"
+    report = prune_schedule(run4("ner_crf"), out, heads=0.3, ffn=0.4, batches=2, rounds=2)
+    assert [r["heads"]["after"] for r in report["rounds"]] == [10, 8] and report["neurons"]["after"] == 96 - 38
+    assert "recovered" not in report["rounds"][0] and report["teacher"] is None and report["score"] is None
+    assert not (out / "rounds" / "1" / "recovered").exists()
+    second = json.loads((out / "rounds" / "2" / "pruned" / "compression.json").read_text())
+    assert second["source"] == str(out / "rounds" / "1" / "pruned" / "checkpoints" / "best.ckpt")
+    assert [len(s) for s in second["importance"]["heads"]] == report["rounds"][0]["heads"]["per_layer"]
+    # The output is the last pruned run: the same weights, and its own report replaces the round's.
+    trained, last = load_trained(out).module, load_trained(out / "rounds" / "2" / "pruned").module
+    for key, value in last.state_dict().items():
+        assert torch.equal(trained.state_dict()[key], value)
+    assert json.loads((out / "compression.json").read_text())["rounds"][1]["heads_fraction"] == second["heads_fraction"]
+
+
+def test_one_round_without_recovery_is_one_shot_pruning(run4, pruned, tmp_path, capsys):
+    from sesame.tasks.cli.compress import main
+
+    main(["prune", str(run4("sst2")), str(tmp_path / "out"), "--heads", "0.3", "--ffn", "0.4", "--batches", "3"])
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checkpoints", "compression.json", "config.yaml", "encoder"]
+    report = json.loads((tmp_path / "out" / "compression.json").read_text())
+    one_shot = pruned("sst2")[1]
+    assert report["heads"]["kept_per_layer"] == one_shot["heads"]["kept_per_layer"] and "rounds" not in report
+    assert json.loads(capsys.readouterr().out)["importance"] == f"{tmp_path / 'out'}/compression.json"
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--rounds", "0"], "--rounds 0: prune in at least 1 round"),
+    (["--rounds", "2", "--recover", "trainer.max_epochs"], "--recover trainer.max_epochs: give KEY=VALUE"),
+    (["--recover", "trainer.max_epoch=1"], ("--recover trainer.max_epoch=1: the run's config has no key trainer.max_epoch "
+                                            "(its trainer keys: max_epochs, max_steps,")),
+    (["--recover", "+trainer.foo=1"], "--recover +trainer.foo=1: only settings the run's config has"),
+    (["--recover", "encoder.name_or_path=x"], "the schedule sets encoder.name_or_path itself"),
+    (["--recover", "trainer.max_epochs=1,2"], "one value per key"),
+    (["--recover", "trainer=debug"], "--recover trainer=debug: trainer is a group of settings, not a setting"),
+])
+def test_bad_schedule_arguments_are_one_line_errors(run4, capsys, tmp_path, argv, said):
+    line = _cli(capsys, run4("sst2"), tmp_path / "out", "--heads", "0.3", *argv)
+    assert said in line, line
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_existing_folder_that_is_no_schedule_is_refused(run4, capsys, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    line = _cli(capsys, run4("sst2"), out, "--heads", "0.3", "--rounds", "2")
+    assert "exists and holds no pruning schedule (schedule.json)" in line and "name a new folder" in line
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+def test_a_schedule_stopped_by_sigterm_says_how_to_continue(run4, capsys, tmp_path, monkeypatch):
+    import signal
+
+    from sesame.tasks.core.errors import RunStopped
+    from sesame.tasks.runs import prune_schedule as schedule_module
+
+    def stopped(cfg, run_dir):
+        raise RunStopped(f"SIGTERM received: the run in {run_dir} ended at step 2 with checkpoints/last.ckpt saved. Its "
+                         f"metrics are not written yet. Continue it with the same command plus hydra.run.dir={run_dir} "
+                         "resume=true", signal.SIGTERM)
+
+    monkeypatch.setattr(schedule_module, "train", stopped)
+    from sesame.tasks.cli.compress import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["prune", str(run4("sst2")), str(tmp_path / "out"), "--heads", "0.3", "--rounds", "2", "--batches", "1",
+              "--recover", "trainer.max_epochs=1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 143
+    assert (f"stopped: round 1 of 2: SIGTERM received: the run in {tmp_path / 'out' / 'rounds' / '1' / 'recovered'} ended at "
+            "step 2 with checkpoints/last.ckpt saved. Its metrics are not written yet. Continue the schedule with the same "
+            f"sesame-compress prune command (output {tmp_path / 'out'})") in err
