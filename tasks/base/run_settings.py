@@ -206,6 +206,7 @@ class RunSettings:
     seed: int
     calibrate: bool
     resume: bool | str | None  # true: this run folder's last checkpoint; a run folder or .ckpt; null: none
+    init_from: str | None  # a run folder or .ckpt whose weights the model starts from (null: pretrained)
     overwrite: bool
     model: str | None = None  # sesame-eval only
 
@@ -234,6 +235,7 @@ class RunSettings:
             seed=int(cfg["seed"]),
             calibrate=bool(cfg["calibrate"]),
             resume=plain(cfg["resume"]),
+            init_from=plain(cfg["init_from"]),
             overwrite=bool(cfg["overwrite"]),
             model=_model(cfg),
         )

@@ -63,7 +63,7 @@ SCHEDULE_FILE = "schedule.json"
 #: The report, written last: a schedule whose output holds it has finished.
 REPORT_FILE = "compression.json"
 #: Settings the schedule sets itself in each recovery run: ``--recover`` may not name them.
-SET_BY_SCHEDULE = ("encoder.name_or_path", "resume", "overwrite")
+SET_BY_SCHEDULE = ("encoder.name_or_path", "init_from", "resume", "overwrite")
 _MISSING = object()
 
 
@@ -266,6 +266,7 @@ def _recover(pruned_dir: Path, run_dir: Path, teacher: Path, overrides: list[tup
     for key, value in overrides:
         OmegaConf.update(cfg, key, value, merge=False)
     cfg.encoder.name_or_path = str((pruned_dir / "encoder").resolve())
+    cfg.init_from = str(pruned_dir.resolve())  # the pruned run's head too, not a new one
     cfg.overwrite = False
     # A training killed here resumes from its last checkpoint (one killed before its first starts over).
     cfg.resume = True if (run_dir / "config.yaml").is_file() else None

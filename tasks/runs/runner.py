@@ -30,7 +30,7 @@ from sesame.tasks.runs.checkpoint_callbacks import (
     sigterm_stops_the_run,
 )
 from sesame.tasks.saved.checkpoint_files import load_checkpoint_file
-from sesame.tasks.saved.checkpoints import build_module
+from sesame.tasks.saved.checkpoints import build_module, load_initial_weights
 from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
 from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.core.distributed import is_main_process
@@ -243,6 +243,8 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -
     if is_main_process():  # the other DDP ranks run this too: one writer
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     module = build_module(cfg)
+    if settings.init_from and resume_from is None:  # a resumed run's own checkpoint has its weights
+        log.info("init_from: starting from the weights of %s", load_initial_weights(module, settings.init_from))
     if settings.calibrate and not getattr(module, "is_single_label", False):  # refused before any training
         raise ConfigError(f"calibrate=true fits a softmax temperature: it applies to single-label classification, "
                           f"not to task={module.task.name} here. Fix: drop calibrate=true")

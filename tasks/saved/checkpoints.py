@@ -25,7 +25,7 @@ from sesame.tasks.saved.int8 import is_quantized, quantize_module
 from sesame.tasks.saved.config_upgrade import with_added_settings
 from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, load_tokenizer
 from sesame.tasks.encoders.store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
-from sesame.tasks.core.errors import DataError, MissingFileError
+from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
 from sesame.tasks.base.run_settings import RunSettings, TaskSettings
 from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.saved.trained_overrides import TrainedOverrides, apply_overrides
@@ -139,6 +139,27 @@ def load_trained(path: str | Path, key: str = "model",
     step = checkpoint.get("global_step")
     return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source),
                         int(step) if step is not None else None)
+
+
+def load_initial_weights(module: EncoderTaskNetwork, path: str | Path) -> Path:
+    """Give ``module`` every weight of the trained model at ``path`` (``init_from``): each of its weights
+    must be there with the same shape, and nothing else (a different head, encoder or pruning plan is an
+    error naming the keys). Returns the checkpoint read."""
+    ckpt_path, checkpoint = read_checkpoint(path, key="init_from")
+    module.drop_unused_pooler(checkpoint)
+    module.fill_stored_once(checkpoint, source=f"encoder.name_or_path ({module.encoder.name_or_path})")
+    own, given = module.state_dict(), checkpoint["state_dict"]
+    missing = sorted(own.keys() - given.keys())
+    unexpected = sorted(given.keys() - own.keys())
+    misfit = sorted(k for k in own.keys() & given.keys() if own[k].shape != given[k].shape)
+    if missing or unexpected or misfit:
+        parts = [f"{name} {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
+                 for name, keys in (("missing", missing), ("not in this model", unexpected), ("other shapes", misfit)) if keys]
+        raise ConfigError(f"init_from={path}: the weights of {ckpt_path} do not fit this model ({'; '.join(parts)}). "
+                          "Fix: the same task, head settings and encoder (for a pruned run, "
+                          "encoder.name_or_path=<that run>/encoder), or init_from=null")
+    module.load_state_dict(given)
+    return ckpt_path
 
 
 def save_weights_checkpoint(module: EncoderTaskNetwork, cfg: dict[str, Any], path: str | Path) -> Path:

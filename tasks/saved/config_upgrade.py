@@ -30,10 +30,10 @@ log = logging.getLogger(__name__)
 #: The config blocks whose new keys are filled (the others are the trainer's, the logger's, ...).
 UPGRADED_GROUPS = ("encoder", "data", "head", "finetune", "fusion", "pooling")
 #: Top-level keys of the run filled where missing (``calibrate=true`` came later: an older run did not calibrate).
-UPGRADED_KEYS = ("seed", "calibrate", "resume", "overwrite")
+UPGRADED_KEYS = ("seed", "calibrate", "resume", "overwrite", "init_from")
 #: What is filled silently: the task's class names (``conf/task/*.yaml``), and how a run was started.
 QUIET = tuple(f"task.{role}" for role in ("settings", "network", "module", "datamodule", "predictor", "export", "data_settings",
-                                          "head_settings")) + ("resume", "overwrite")
+                                          "head_settings")) + ("resume", "overwrite", "init_from")
 
 
 def task_defaults(task_name: str) -> dict[str, Any]:
