@@ -111,8 +111,7 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
                                   "encoder": str(self.encoder.name_or_path)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.drop_unused_pooler(checkpoint)
-        self.fill_stored_once(checkpoint, source="the pretrained encoder")
+        self.complete_checkpoint(checkpoint, source="the pretrained encoder")
 
     def head_named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         """Every parameter outside the encoder (fusion weights and the task head)."""

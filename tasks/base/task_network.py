@@ -85,6 +85,13 @@ class EncoderTaskNetwork(nn.Module):
         return self
 
     # Reading a checkpoint's state dict ----------------------------------------------------------------
+    def complete_checkpoint(self, checkpoint: dict[str, Any], source: str) -> None:
+        """Make ``checkpoint``'s state dict this network's: without the encoder pooler it dropped
+        (:meth:`drop_unused_pooler`), with the frozen encoder weights it left out (:meth:`fill_stored_once`,
+        from ``source``)."""
+        self.drop_unused_pooler(checkpoint)
+        self.fill_stored_once(checkpoint, source)
+
     def drop_unused_pooler(self, checkpoint: dict[str, Any]) -> None:
         """Leave out the encoder pooler's weights of a checkpoint written before sesame dropped the unused
         pooler (``Encoder.drop_pooler``): this network has no place for them."""

@@ -31,9 +31,6 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +38,19 @@ import torch
 
 from sesame.tasks.base.run_settings import task_class
 from sesame.tasks.compression.prune_importance import importance, normalised, select
-from sesame.tasks.core.atomic_files import current_umask, write_json_atomic
+from sesame.tasks.core.atomic_files import staged_folder, write_json_atomic
 from sesame.tasks.core.errors import ConfigError, UserError
 from sesame.tasks.encoders.families import prune_layout
-from sesame.tasks.encoders.pruning import parameter_count, present, prune_model
+from sesame.tasks.encoders.pruning import PLAIN_SHAPES, parameter_count, present, prune_model
 from sesame.tasks.saved.checkpoints import TrainedModel, load_trained, save_model_folder
 from sesame.tasks.saved.int8 import is_quantized
 
 log = logging.getLogger(__name__)
 
 #: What the Hugging Face export of a pruned model is (compression.json, the export's model card).
-HF_EXPORT_NOTE = ("sesame-export --format hf writes plain transformers shapes: every layer with all its attention heads "
-                  "and the widest layer's number of feed-forward neurons, the removed heads' and neurons' weights zero "
-                  "(the same outputs; not smaller). --format onnx exports the compact pruned model")
+#: What a refused write of the output leaves behind (``staged_folder`` removes its partial folder).
+NOTHING_WRITTEN = "Nothing was written (the partial folder was removed). "
+HF_EXPORT_NOTE = f"sesame-export --format hf writes {PLAIN_SHAPES}. --format onnx exports the compact pruned model"
 
 
 def check_fraction(value: float, flag: str) -> float:
@@ -61,6 +58,21 @@ def check_fraction(value: float, flag: str) -> float:
     if not 0.0 <= float(value) < 1.0:
         raise ConfigError(f"{flag} {value:g}: the share of them to remove lies in [0, 1) (0.3 removes 30%)")
     return float(value)
+
+
+def check_arguments(heads: float, ffn: float, batches: int) -> tuple[float, float]:
+    """The ``--heads`` and ``--ffn`` shares, each checked to lie in [0, 1), and ``--batches`` checked."""
+    heads, ffn = check_fraction(heads, "--heads"), check_fraction(ffn, "--ffn")
+    if batches < 1:
+        raise ConfigError(f"--batches {batches}: score on at least 1 training batch")
+    return heads, ffn
+
+
+def refuse_existing(output: Path) -> None:
+    """``sesame-compress prune`` writes only a new folder."""
+    if output.exists():
+        raise UserError(f"the output {str(output)!r} exists; sesame-compress prune writes only a new folder. "
+                        "Fix: name a new folder, or remove that one")
 
 
 def training_batches(trained: TrainedModel, count: int) -> list[dict[str, Any]]:
@@ -78,13 +90,9 @@ def prune(source: str | Path, output_dir: str | Path, heads: float = 0.0, ffn: f
           batches: int = 32) -> dict[str, Any]:
     """Write the pruned model of ``source`` (a run folder or .ckpt) into the new folder ``output_dir``;
     returns the report (also ``<output_dir>/compression.json``)."""
-    heads, ffn = check_fraction(heads, "--heads"), check_fraction(ffn, "--ffn")
-    if batches < 1:
-        raise ConfigError(f"--batches {batches}: score on at least 1 training batch")
+    heads, ffn = check_arguments(heads, ffn, batches)
     output = Path(output_dir).expanduser()
-    if output.exists():
-        raise UserError(f"the output {str(output)!r} exists; sesame-compress prune writes only a new folder. "
-                        "Fix: name a new folder, or remove that one")
+    refuse_existing(output)
     trained = load_trained(source)
     module, cfg = trained.module, trained.cfg
     if is_quantized(cfg):
@@ -160,10 +168,7 @@ def _rounded(scores: list[torch.Tensor]) -> list[list[float]]:
 def _write(output: Path, module: Any, cfg: dict[str, Any], trained: TrainedModel, pooler: Any,
            report: dict[str, Any]) -> None:
     """The run folder, written into a hidden folder next to ``output`` and renamed into place when whole."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
-    try:
-        staging.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the output is an ordinary folder
+    with staged_folder(output, refuse_existing, NOTHING_WRITTEN) as staging:
         model = module.encoder.model
         weights = dict(model.state_dict())
         if pooler is not None and getattr(model, "pooler", None) is None:
@@ -174,9 +179,3 @@ def _write(output: Path, module: Any, cfg: dict[str, Any], trained: TrainedModel
         tokenizer = trained.tokenizer()
         save_model_folder(module, cfg, staging, tokenizer)
         write_json_atomic(staging / "compression.json", report)
-        if output.exists():
-            raise UserError(f"the output {str(output)!r} appeared while pruning; nothing was written there")
-        os.replace(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

@@ -11,8 +11,9 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -96,6 +97,29 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+@contextlib.contextmanager
+def staged_folder(output: Path, check: Callable[[Path], object], kept: str) -> Iterator[Path]:
+    """``with staged_folder(out, check, kept) as tmp: <write into tmp>``: the folder ``out`` appears, whole,
+    only when the block succeeds (``tmp`` is a hidden folder next to it, renamed into place; an empty
+    folder at ``out`` is replaced; ``tmp`` is removed on any error). ``check(out)`` raises where ``out``
+    may not be written; it runs before and again just before the rename (someone may have written it
+    meanwhile). ``kept``: what a refused write leaves, for its :class:`WriteError`."""
+    check(output)
+    with write_errors_explained(output, kept):  # a full disk, a read-only folder: one clear line
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
+        try:
+            tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the output is an ordinary folder
+            yield tmp
+            check(output)
+            if output.is_dir():
+                output.rmdir()  # empty: rename cannot replace it on every platform
+            os.replace(tmp, output)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
 
 

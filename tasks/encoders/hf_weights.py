@@ -1,7 +1,9 @@
-"""Read the task-head weights of a Hugging Face ``...For<Task>`` folder into sesame's heads."""
+"""Read the weights of a Hugging Face model folder: all of them, or a ``...For<Task>`` folder's task head
+into sesame's heads."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -11,17 +13,19 @@ from sesame.tasks.core.errors import ConfigError, MissingFileError
 
 
 def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
-    """All tensors of a Hugging Face model folder (``model.safetensors`` or ``pytorch_model.bin``)."""
-    folder = Path(folder)
-    safetensors_file = folder / "model.safetensors"
-    if safetensors_file.is_file():
-        from safetensors.torch import load_file
+    """All tensors of a Hugging Face model folder (``model.safetensors``, its shards, or ``pytorch_model.bin``)."""
+    from safetensors.torch import load_file
 
-        return load_file(str(safetensors_file))
-    bin_file = folder / "pytorch_model.bin"
-    if bin_file.is_file():
-        return torch.load(bin_file, map_location="cpu", weights_only=True)
-    raise MissingFileError(f"{folder}: no model.safetensors or pytorch_model.bin to read head weights from")
+    folder = Path(folder)
+    if (folder / "model.safetensors").is_file():
+        return load_file(str(folder / "model.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        return {k: v for shard in shards for k, v in load_file(str(folder / shard)).items()}
+    if (folder / "pytorch_model.bin").is_file():
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise MissingFileError(f"{folder}: no model.safetensors (or its shards) or pytorch_model.bin to read weights from")
 
 
 def load_prefixed_weights(module: nn.Module, folder: str | Path, prefix: str) -> None:

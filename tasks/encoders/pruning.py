@@ -26,19 +26,22 @@ neurons' weights zero (``sesame-export --format hf``).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from sesame.tasks.core.errors import DataError, MissingFileError
+from sesame.tasks.core.errors import DataError
+from sesame.tasks.encoders.hf_weights import read_state_dict
 
 #: The config entry recording what was pruned (see the module docstring).
 PLAN_KEY = "sesame_pruning"
+#: What a plain transformers folder of a pruned model holds (:func:`plain_config`, :func:`full_shape_state`).
+PLAIN_SHAPES = ("plain transformers shapes: every layer with all its attention heads and the widest layer's number of "
+                "feed-forward neurons, the removed heads' and neurons' weights zero (the pruned model's outputs, not "
+                "its size)")
 
 
 @dataclass(frozen=True)
@@ -223,22 +226,6 @@ def apply_plan(model: nn.Module, plan: PruningPlan, layout: PruneLayout) -> nn.M
 
 
 # Loading a pruned folder ---------------------------------------------------------------------------
-def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a ``save_pretrained`` folder (``model.safetensors``, its shards, or ``pytorch_model.bin``)."""
-    from safetensors.torch import load_file
-
-    folder = Path(path)
-    if (folder / "model.safetensors").is_file():
-        return load_file(str(folder / "model.safetensors"))
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        return {k: v for shard in shards for k, v in load_file(str(folder / shard)).items()}
-    if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise MissingFileError(f"{folder}: a pruned encoder's folder holds no weights (model.safetensors)")
-
-
 def load_pruned(path: str, config: Any, plan: PruningPlan, layout: PruneLayout, load_weights: bool,
                 **kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
     """``(model, loading info)`` of a pruned encoder folder: built from ``config``, given the plan's
@@ -249,7 +236,7 @@ def load_pruned(path: str, config: Any, plan: PruningPlan, layout: PruneLayout, 
     model = apply_plan(AutoModel.from_config(config, **kwargs), plan, layout)
     if not load_weights:
         return model, {}
-    state = read_weights(path)
+    state = read_state_dict(path)
     floating = next((t.dtype for t in state.values() if t.is_floating_point()), None)
     if "dtype" not in kwargs and floating is not None:
         model.to(floating)

@@ -24,17 +24,14 @@ model, the run folder of a checkpoint and the staging folder.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from sesame.tasks.base.run_settings import task_class
-from sesame.tasks.core.atomic_files import current_umask, file_in_the_way, write_errors_explained
+from sesame.tasks.core.atomic_files import file_in_the_way
+from sesame.tasks.core.atomic_files import staged_folder as core_staged_folder
 from sesame.tasks.core.errors import UserError, WriteError
 
 if TYPE_CHECKING:
@@ -68,24 +65,10 @@ def check_output_folder(output: str | Path) -> Path:
     return output
 
 
-@contextlib.contextmanager
-def staged_folder(output: str | Path) -> Iterator[Path]:
-    """``with staged_folder(out) as tmp: <write into tmp>``: ``out`` appears, whole, only when the block
-    succeeds (``tmp`` is a hidden folder next to it, renamed into place; removed on any error)."""
-    output = check_output_folder(output)
-    with write_errors_explained(output, NOTHING_WRITTEN):  # a full disk, a read-only folder: one clear line
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
-        try:
-            tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the export is an ordinary folder
-            yield tmp
-            check_output_folder(output)  # someone may have written it meanwhile
-            if output.is_dir():
-                output.rmdir()  # empty: rename cannot replace it on every platform
-            os.replace(tmp, output)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+def staged_folder(output: str | Path) -> contextlib.AbstractContextManager[Path]:
+    """``with staged_folder(out) as tmp: <write into tmp>``: the export folder ``out`` appears, whole,
+    only when the block succeeds (``tasks/core/atomic_files.py``'s ``staged_folder``)."""
+    return core_staged_folder(Path(output).expanduser(), check_output_folder, NOTHING_WRITTEN)
 
 
 def task_export(trained: TrainedModel) -> TaskExport:

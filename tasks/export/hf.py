@@ -43,7 +43,7 @@ from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.encoders.encoder import encoder_inputs
 from sesame.tasks.encoders.families import prune_layout
-from sesame.tasks.encoders.pruning import PruningPlan, full_shape_state, head_size, plain_config
+from sesame.tasks.encoders.pruning import PLAIN_SHAPES, PruningPlan, full_shape_state, head_size, plain_config
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export import as_tuple, check_output_folder, staged_folder, task_export
 from sesame.tasks.export.model_card import write_model_card
@@ -54,9 +54,7 @@ log = logging.getLogger(__name__)
 ALTERNATIVES = ("Use --format onnx (the whole sesame network, run with onnxruntime or sesame-predict), or the "
                 "sesame run folder itself (sesame-eval / sesame-predict)")
 #: What the folder of a pruned model (``sesame-compress prune``) is.
-PRUNED_NOTE = ("a pruned model in plain transformers shapes: every layer has all its attention heads and the widest "
-               "layer's number of feed-forward neurons, the removed heads' and neurons' weights zero (the pruned "
-               "model's outputs, not its size; --format onnx exports the compact model)")
+PRUNED_NOTE = f"a pruned model in {PLAIN_SHAPES}; --format onnx exports the compact model"
 #: Largest difference allowed between the exported model's outputs and sesame's, relative to their size.
 TOLERANCE = 1e-5
 

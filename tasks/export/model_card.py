@@ -24,7 +24,7 @@ from typing import Any
 
 from sesame.tasks.base.export import TaskExport
 from sesame.tasks.saved.checkpoints import TrainedModel
-from sesame.tasks.encoders.pruning import PruningPlan
+from sesame.tasks.encoders.pruning import PLAIN_SHAPES, PruningPlan
 from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.core.errors import UserError
 from sesame.tasks.export import run_folder_of, task_export
@@ -179,8 +179,7 @@ def model_card(trained: TrainedModel, report: Mapping[str, Any], command: str | 
         model_rows.append(("calibration warning", doubt))
     plan = PruningPlan.of_config(encoder.config)
     if plan is not None:
-        shapes = ("this folder holds plain transformers shapes, the removed heads' and neurons' weights zero (the "
-                  "pruned model's outputs, not its size)" if fmt == "hf" else "the compact pruned model")
+        shapes = f"this folder holds {PLAIN_SHAPES}" if fmt == "hf" else "the compact pruned model"
         model_rows.append(("pruning", f"structured (sesame-compress prune): {plan.summary()}; {shapes}"))
     if is_quantized(cfg):
         model_rows.append(("compression", "dynamic int8 (sesame-compress quantize)"))

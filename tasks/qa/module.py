@@ -27,8 +27,9 @@ from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
 
 
 class SquadModule(SquadNetwork, EncoderTaskModule):
-    """The span-pointer network (``tasks/qa/network.py``) trained and evaluated; needs the ``SquadDataModule`` attached to the trainer at evaluation (its
-    questions give the contexts and gold answers)."""
+    """The span-pointer network (``tasks/qa/network.py``) trained and evaluated; needs the
+    ``SquadDataModule`` attached to the trainer at evaluation (its questions give the contexts and
+    gold answers)."""
 
     eval_key = ("feature_index",)
     eval_unit = "example_index"

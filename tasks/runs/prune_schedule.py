@@ -42,15 +42,14 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from sesame.tasks.compression.prune import check_fraction, prune
-from sesame.tasks.core.atomic_files import current_umask, write_json_atomic
+from sesame.tasks.compression.prune import NOTHING_WRITTEN, check_arguments, prune, refuse_existing
+from sesame.tasks.core.atomic_files import staged_folder, write_json_atomic
 from sesame.tasks.core.errors import ConfigError, RunStopped, UserError
 from sesame.tasks.runs.run_lock import LOCK_NAME, run_folder_lock
 from sesame.tasks.runs.runner import train
@@ -125,9 +124,7 @@ def prune_schedule(source: str | Path, output_dir: str | Path, heads: float = 0.
     ``rounds=1`` without ``recover`` is :func:`prune`."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigError(f"--rounds {rounds}: prune in at least 1 round (3: a third of the target each round)")
-    heads, ffn = check_fraction(heads, "--heads"), check_fraction(ffn, "--ffn")
-    if batches < 1:
-        raise ConfigError(f"--batches {batches}: score on at least 1 training batch")
+    heads, ffn = check_arguments(heads, ffn, batches)
     recover = list(recover)
     if rounds == 1 and not recover:
         return prune(source, output_dir, heads=heads, ffn=ffn, batches=batches)
@@ -164,15 +161,8 @@ def _start_or_continue(output: Path, arguments: dict[str, Any]) -> dict[str, Any
             return json.loads((output / REPORT_FILE).read_text())
         log.info("%s: continuing the schedule from its finished rounds", output)
         return None
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
-    try:
-        staging.chmod(0o777 & ~current_umask())
+    with staged_folder(output, refuse_existing, NOTHING_WRITTEN) as staging:  # it appears with its arguments
         write_json_atomic(staging / SCHEDULE_FILE, arguments)
-        os.replace(staging, output)  # the folder appears with its arguments, or not at all
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return None
 
 

@@ -76,8 +76,7 @@ def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: En
     if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
         quantize_module(module)
     if checkpoint is not None:
-        module.drop_unused_pooler(checkpoint)
-        module.fill_stored_once(checkpoint, source=encoder_source)
+        module.complete_checkpoint(checkpoint, source=encoder_source)
         module.load_state_dict(checkpoint["state_dict"])
     return module
 
@@ -146,8 +145,7 @@ def load_initial_weights(module: EncoderTaskNetwork, path: str | Path) -> Path:
     must be there with the same shape, and nothing else (a different head, encoder or pruning plan is an
     error naming the keys). Returns the checkpoint read."""
     ckpt_path, checkpoint = read_checkpoint(path, key="init_from")
-    module.drop_unused_pooler(checkpoint)
-    module.fill_stored_once(checkpoint, source=f"encoder.name_or_path ({module.encoder.name_or_path})")
+    module.complete_checkpoint(checkpoint, source=f"encoder.name_or_path ({module.encoder.name_or_path})")
     own, given = module.state_dict(), checkpoint["state_dict"]
     missing = sorted(own.keys() - given.keys())
     unexpected = sorted(given.keys() - own.keys())
