@@ -170,29 +170,17 @@ def test_sesame_predict_on_the_onnx_folder_gives_the_run_folders_predictions(tra
             assert [e["text"] for e in o["entities"]] == [e["text"] for e in t["entities"]]
 
 
-#: Runs predictions on an ONNX folder in a fresh process and names the heavy packages it imported.
-ONNX_ONLY_PROBE = """
-import json, sys
-from sesame.tasks.inference.predictor import Predictor
-outputs = Predictor.from_run(sys.argv[1])(json.loads(sys.argv[2]))
-assert len(outputs) == len(json.loads(sys.argv[2]))
-print("IMPORTED", *sorted(name for name in ("lightning", "datasets") if name in sys.modules))
-"""
-
-
 @pytest.mark.parametrize("name", ["glue", "qa", "ner_crf"])
 def test_predictions_from_an_onnx_folder_load_no_lightning(exported, name):
     """An ONNX folder runs without the training code: Lightning is never imported, nor datasets where the
     task's predictor does not window with it (QA does) (seconds of start-up; README "Speed", start-up)."""
-    import json
-    import subprocess
-    import sys
+    from tests.tasks.inference.test_predictor import predict_in_a_fresh_process
 
     folder, _ = exported(name)
-    out = subprocess.run([sys.executable, "-c", ONNX_ONLY_PROBE, str(folder), json.dumps(_raw_inputs(name)[:2])],
-                         capture_output=True, text=True, check=True).stdout
-    expected = ["IMPORTED", "datasets"] if name == "qa" else ["IMPORTED"]
-    assert out.strip().splitlines()[-1].split() == expected, out.strip().splitlines()[-1]
+    inputs = _raw_inputs(name)[:2]
+    outputs, imported = predict_in_a_fresh_process(folder, inputs, ("lightning", "datasets"))
+    assert len(outputs) == len(inputs)
+    assert imported == (["datasets"] if name == "qa" else []), imported
 
 
 def test_sesame_predict_int8_runs_the_int8_graph_or_quantises_a_run(trained_run, exported, tmp_path, capsys):

@@ -214,14 +214,26 @@ RAW_INPUTS = {
     "ner_crf": [{"text": "Angela Merkel met Emmanuel Macron in Paris on Monday ."}, {"text": "no names here"}],
 }
 
-#: Predicts from a run folder in a fresh process and names the heavy packages it imported.
-RUN_FOLDER_PROBE = """
+#: Predicts in a fresh process (argv: the model, the inputs as JSON, the packages to watch as JSON); prints
+#: the outputs, then which of the watched packages it imported.
+FRESH_PROCESS_PROBE = """
 import json, sys
 from sesame.tasks.inference.predictor import Predictor
-outputs = Predictor.from_run(sys.argv[1])(json.loads(sys.argv[2]))
-print(json.dumps(outputs))
-print("IMPORTED", *sorted(name for name in ("lightning", "torchmetrics") if name in sys.modules))
+print(json.dumps(Predictor.from_run(sys.argv[1])(json.loads(sys.argv[2]))))
+print(json.dumps(sorted(name for name in json.loads(sys.argv[3]) if name in sys.modules)))
 """
+
+
+def predict_in_a_fresh_process(model: Path, inputs: list[dict], watched: tuple[str, ...]) -> tuple[list[dict], list[str]]:
+    """``(outputs, imported)``: ``Predictor.from_run(model)(inputs)`` in a new one-thread process, and which
+    of the ``watched`` packages it imported (each costs start-up: README "Speed")."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS_PROBE, str(model), json.dumps(inputs), json.dumps(watched)],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    return json.loads(out[-2]), json.loads(out[-1])
 
 
 @pytest.mark.parametrize("name", list(RAW_INPUTS))
@@ -229,9 +241,6 @@ def test_a_run_folder_predicts_with_its_network_alone_as_the_lightning_module_do
     """sesame-predict builds the task's network (``task.network``: plain torch) from the Lightning module's
     checkpoint, with the same predictions, and imports neither Lightning nor torchmetrics (about a second
     of start-up; README "Speed")."""
-    import os
-    import subprocess
-
     import lightning as L
 
     from sesame.tasks.saved.checkpoints import load_trained
@@ -244,8 +253,6 @@ def test_a_run_folder_predicts_with_its_network_alone_as_the_lightning_module_do
     assert network.state_dict().keys() == module.state_dict().keys()
     inputs = RAW_INPUTS[name]
     expected = Predictor.from_runner(TorchRunner(load_trained(run)))(inputs)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", RUN_FOLDER_PROBE, str(run), json.dumps(inputs)], env=env,
-                         capture_output=True, text=True, check=True).stdout.strip().splitlines()
-    assert json.loads(out[-2]) == json.loads(json.dumps(expected))
-    assert out[-1].split() == ["IMPORTED"], out[-1]
+    outputs, imported = predict_in_a_fresh_process(run, inputs, ("lightning", "torchmetrics"))
+    assert outputs == json.loads(json.dumps(expected))
+    assert imported == [], imported
