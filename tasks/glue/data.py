@@ -77,8 +77,9 @@ class SentenceDataModule(SplitDataModule):
             return
         s = self.settings
         raw: dict[str, datasets.Dataset] = {}  # read and limited, not yet tokenised
-        holding_out = stage in (None, "fit") and bool(s.train_file) and bool(s.holdout_fraction)
-        if stage in (None, "fit") and s.train_file:
+        training = stage in (None, "fit") and bool(s.train_file)
+        holding_out = training and bool(s.holdout_fraction)
+        if training:
             raw["train"] = self._limit(self._read("train_file", require_labels=True), s.max_train_examples)
             if holding_out:  # validate on a share of the training file: the dev files are not read
                 train, held_out = holdout_indices(len(raw["train"]), s.holdout_fraction, s.holdout_seed)
