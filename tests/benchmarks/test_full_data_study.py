@@ -73,11 +73,15 @@ def fake_result(task, arm, seed, finals, cpu_per_epoch, metric="val_accuracy"):
 def test_time_to_accuracy_and_report(fds, tmp_path):
     units = tmp_path / "units" / "rte"
     results = [fake_result("rte", "sesame", 1, [0.55, 0.62, 0.64], 100.0),
-               fake_result("rte", "hf", 1, [0.53, 0.58, 0.60], 120.0)]
+               fake_result("rte", "hf", 1, [0.53, 0.58, 0.60], 120.0),
+               # validated every half epoch, 30 CPU s per half: reaches 0.60 at its third validation
+               fake_result("rte", "sesame_fast", 1, [0.50, 0.57, 0.61, 0.62, 0.63, 0.59], 30.0)]
     for r in results:
         folder = units / r["arm"] / "seed1"
         folder.mkdir(parents=True)
         (folder / "result.json").write_text(json.dumps(r))
+    fast = fds.time_to_accuracy(results, "sesame_fast")
+    assert len(fast) == 1 and fast[0]["cpu_ratio"] == pytest.approx(90 / 360) and fast[0]["arm"] == "sesame_fast"
     rows = fds.time_to_accuracy(results)
     assert len(rows) == 1
     # sesame passes the Trainer's final 0.60 at its second epoch: 200 s of the Trainer's 360 s
@@ -86,6 +90,15 @@ def test_time_to_accuracy_and_report(fds, tmp_path):
     args = fds.parse_args(["--out", str(tmp_path), "--tasks", "rte", "--seeds", "2"])
     report = fds.write_report(args, tmp_path / "report" / "full_data_study.md")
     text = report.read_text()
-    assert "| rte | 1 | accuracy | 0.6000 | 0.6400 | 3.3 | 6.0 | 0.56 |" in text
+    assert "| rte | sesame | 1 | accuracy | 0.6000 | 0.6400 | 3.3 | 6.0 | 0.56 |" in text
+    assert "| rte | sesame_fast | 1 | accuracy | 0.6000 | 0.5900 | 1.5 | 6.0 | 0.25 |" in text
+    assert "| rte | sesame_fast | 0.2500 (n=1) | 1 / 1 |" in text
     assert "rte / hf / seed 2: not started" in text and "rte / sesame / seed 2: not started" in text
     assert "0.6400 (n=1)" in text
+
+
+def test_the_fast_arm_is_sesame_with_its_speed_settings_and_only_the_plain_arm_is_mirrored(fds):
+    fast = fds.ARMS["sesame_fast"]
+    assert fast["side"] == "sesame" and fast["mirrored"] is False
+    assert {"data.group_by_length=true", "trainer.precision=bf16-mixed"} <= set(fast["overrides"])
+    assert fds.ARMS["sesame"].get("mirrored", True) and fds.ARMS["sesame"]["overrides"] == []
