@@ -13,6 +13,9 @@ own. Arms:
                (tasks/runs/evaluation.py, as `sesame-eval model=<folder>`), the scorer of sesame's arm.
   sesame_fast  (optional, not in the default --arms) sesame with what it ships for speed:
                data.group_by_length=true trainer.precision=bf16-mixed, validated every half epoch
+  sesame_best  (optional; GLUE) sesame_fast plus the task's winner of the recipe sweep (--sweep: pooling,
+               fusion, full/LoRA, learning rate; 8 candidates chosen on a held-out 10% of the training
+               file, never on dev), trained on the whole training file
 Dev metric after each epoch, cumulative training wall and CPU seconds (process user+sys) at it, final
 and best-epoch dev metrics, test metrics (NER, of the best dev epoch on both arms), peak RSS (per
 child process: ru_maxrss), versions and the commit go to <out>/units/<task>/<arm>/seed<k>/result.json.
@@ -32,6 +35,9 @@ Units run small-first, the arms interleaved per seed (seed 1: sesame then hf, se
     python benchmarks/full_data_study.py --plan                    # the units and their state
     nohup nice -n 19 python benchmarks/full_data_study.py > /work/study/study.log 2>&1 &   # the study
     python benchmarks/full_data_study.py --tasks rte --seeds 1     # one small real unit per arm
+    python benchmarks/full_data_study.py --arms sesame_fast        # the speed arm
+    python benchmarks/full_data_study.py --sweep                   # the recipe sweep, into <out>/sweep
+    python benchmarks/full_data_study.py --arms sesame_best        # its winners on the full data
     python benchmarks/full_data_study.py --report                  # docs/results/full_data_study.md + PNGs
     python benchmarks/full_data_study.py --quick                   # pipeline check on shipped slices (~5 min)
 
@@ -118,7 +124,34 @@ ARMS: dict[str, dict[str, Any]] = {
                     "overrides": ["data.group_by_length=true", "trainer.precision=bf16-mixed",
                                   "trainer.val_check_interval=0.5"],
                     "label": "sesame with its speed settings (group_by_length, bf16-mixed, validation every half epoch)"},
+    # its overrides: sesame_fast's plus the task's sweep winner (item 4; --sweep first)
+    "sesame_best": {"side": "sesame", "mirrored": False, "overrides": None,
+                    "label": "sesame's best recipe: the task's sweep winner (chosen on held-out training data) with sesame_fast's settings"},
 }
+#: Item 4, a better recipe: the candidates of one sweep per GLUE task, each trained once (seed 1) on 90% of
+#: the training file and scored on the other 10% (data.holdout_fraction; the dev set is never read), on top
+#: of sesame_fast's speed settings and the task's preset otherwise. The winner (best final held-out main
+#: metric; ties go to the earlier candidate) becomes the `sesame_best` arm: trained on the whole training
+#: file with every seed of the task, scored on dev like every other arm.
+SWEEP_TASKS = ["rte", "mrpc", "stsb", "cola", "sst2"]
+SWEEP_COMMON = ["data.holdout_fraction=0.1", "data.holdout_seed=1"]
+#: SST-2's candidates see its first 20,000 training sentences (18,000 to train, 2,000 held out): the whole
+#: file x 8 candidates would cost more than the rest of the study; its `sesame_best` trains on all 67,349.
+SWEEP_TASK_OVERRIDES = {"sst2": ["data.max_train_examples=20000"]}
+LR = "finetune.encoder_lr={0} finetune.head_lr={0}"
+SWEEP_GRID: dict[str, list[str]] = {
+    "pooler_2e-5": [],  # the presets' own pooling and learning rate
+    "cls_2e-5": ["pooling=cls"],
+    "mean_2e-5": ["pooling=mean"],
+    "pooler_5e-5": LR.format("5e-5").split(),
+    "mean_5e-5": ["pooling=mean", *LR.format("5e-5").split()],
+    "mean_1e-4": ["pooling=mean", *LR.format("1e-4").split()],
+    "mean_scalar_mix_5e-5": ["pooling=mean", "fusion=scalar_mix", *LR.format("5e-5").split()],
+    # conf/finetune/lora.yaml's own rates (the presets' 2e-5 would starve the adapters)
+    "mean_lora": ["pooling=mean", "finetune=lora", "finetune.encoder_lr=5e-4", "finetune.head_lr=1e-3"],
+}
+SWEEP_ARM_PREFIX = "sweep-"
+
 #: --quick: the shipped slices stand in for the tasks, a few steps over two epochs; the first attempt of
 #: each unit is killed after QUICK_KILL_AT steps (a checkpoint every 2 steps), so resuming is exercised.
 QUICK = {
@@ -161,6 +194,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="pipeline check: shipped SST-2 / WNUT-17 / SQuAD slices, 3 steps x 2 epochs, both arms, "
                         "one seed, each unit killed once mid-epoch and resumed, then the report; into <out>/quick (fresh)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="item 4: the recipe sweep instead (SWEEP_GRID: 8 candidates per GLUE task, seed 1, trained on "
+                        "90%% of the training file and scored on the other 10%%) into <out>/sweep; its winners are the "
+                        "sesame_best arm (--arms sesame_best)")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -175,6 +212,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.tasks = [t for t in args.tasks if t in QUICK] if args.tasks != ORDER else list(QUICK)
         args.seeds = 1
         args.out = args.out / "quick"
+    args.base_out = args.out.expanduser().resolve()  # the study's folder: its units feed the report
+    if args.sweep:
+        args.tasks = [t for t in args.tasks if t in SWEEP_TASKS]
+        if not args.tasks:
+            parser.error(f"--sweep: the sweep is for the GLUE tasks {', '.join(SWEEP_TASKS)}")
+        args.out = args.out / "sweep"
     per_task: dict[str, list[str]] = {}
     for item in args.task_override:
         task, _, override = item.partition(":")
@@ -188,14 +231,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # The plan ------------------------------------------------------------------------------------------
 def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Units in run order: task by task (small first), seed by seed, the arms alternating who goes first."""
+    """Units in run order: task by task (small first), seed by seed, the arms alternating who goes first;
+    with --sweep, every candidate of every GLUE task once (seed 1)."""
+    if args.sweep:
+        return [{"task": task, "arm": SWEEP_ARM_PREFIX + candidate, "seed": 1}
+                for task in args.tasks for candidate in sweep_grid(args)]
     units = []
     for task in args.tasks:
         seeds = args.seeds or TASKS[task]["seeds"]
         for seed in range(1, seeds + 1):
-            arms = list(args.arms) if seed % 2 == 1 else list(reversed(args.arms))
+            arms = [a for a in args.arms if a != "sesame_best" or task in SWEEP_TASKS]
+            arms = arms if seed % 2 == 1 else list(reversed(arms))
             units += [{"task": task, "arm": arm, "seed": seed} for arm in arms]
     return units
+
+
+def sweep_grid(args: argparse.Namespace) -> list[str]:
+    """The candidates (--quick: the first two, to check the pipeline)."""
+    return list(SWEEP_GRID)[:2] if args.quick else list(SWEEP_GRID)
+
+
+def sweep_results(args: argparse.Namespace) -> dict[str, dict[str, dict[str, Any]]]:
+    """task -> candidate -> the finished sweep unit's result."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for path in sorted((args.base_out / "sweep").glob(f"units/*/{SWEEP_ARM_PREFIX}*/seed1/result.json")):
+        result = json.loads(path.read_text())
+        out.setdefault(result["task"], {})[result["arm"].removeprefix(SWEEP_ARM_PREFIX)] = result
+    return out
+
+
+def held_out_score(result: dict[str, Any]) -> float | None:
+    return result["final"].get(result["main_metric"])
+
+
+def chosen_recipes(args: argparse.Namespace) -> dict[str, str]:
+    """task -> the winning candidate, for the tasks whose every candidate finished (never a partial sweep)."""
+    chosen = {}
+    for task, by_candidate in sweep_results(args).items():
+        grid = sweep_grid(args)
+        if all(c in by_candidate and held_out_score(by_candidate[c]) is not None for c in grid):
+            chosen[task] = max(grid, key=lambda c: (held_out_score(by_candidate[c]), -grid.index(c)))
+    return chosen
+
+
+def arm_spec(args: argparse.Namespace, arm: str, task: str) -> dict[str, Any] | None:
+    """An arm's side, Hydra overrides (added to the task's) and whether the Trainer arm mirrors it; None
+    for sesame_best before the task's sweep has a winner."""
+    fast = ARMS["sesame_fast"]["overrides"]
+    if arm.startswith(SWEEP_ARM_PREFIX):
+        extra = ["data.max_train_examples=40"] if args.quick else SWEEP_TASK_OVERRIDES.get(task, [])
+        overrides = [*fast, *SWEEP_COMMON, *extra, *SWEEP_GRID[arm.removeprefix(SWEEP_ARM_PREFIX)]]
+        return {"side": "sesame", "mirrored": False, "arm_overrides": overrides}
+    if arm == "sesame_best":
+        choice = chosen_recipes(args).get(task)
+        if choice is None:
+            return None
+        return {"side": "sesame", "mirrored": False, "arm_overrides": [*fast, *SWEEP_GRID[choice]], "recipe": choice}
+    return {"side": ARMS[arm]["side"], "mirrored": ARMS[arm].get("mirrored", True),
+            "arm_overrides": list(ARMS[arm]["overrides"])}
 
 
 def unit_dir(out: Path, unit: dict[str, Any]) -> Path:
@@ -373,7 +466,7 @@ def child_sesame(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     clock = TrainClock()
     run_dir = folder / "run"
     last = run_dir / "checkpoints" / "last.ckpt"
-    overrides = [*spec["overrides"], *ARMS[spec["arm"]]["overrides"]]
+    overrides = [*spec["overrides"], *spec["arm_overrides"]]
     if spec.get("ckpt_steps"):
         overrides.append(f"checkpoint.every_n_train_steps={spec['ckpt_steps']}")
     resuming = last.is_file()
@@ -430,7 +523,7 @@ def child_sesame(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     AtomicCheckpointIO.save_checkpoint = timed_save
     try:
         cfg = compose("config", overrides)
-        if ARMS[spec["arm"]].get("mirrored", True):
+        if spec["mirrored"]:
             check_mirrorable(cfg)
         info["main"] = main_metric_of(cfg)
         print(f"[sesame] {'resuming from ' + str(last) if resuming else 'starting'}: {' '.join(overrides)}", flush=True)
@@ -647,8 +740,7 @@ def child(spec_file: Path) -> None:
 
     register_resolvers()
     started = time.time()
-    side = ARMS[spec["arm"]]["side"]
-    result = child_sesame(spec, folder) if side == "sesame" else child_hf(spec, folder)
+    result = child_sesame(spec, folder) if spec["side"] == "sesame" else child_hf(spec, folder)
     history = result["history"]
     result.update(
         task=spec["task"], arm=spec["arm"], seed=spec["seed"], preset=TASKS[spec["task"]]["preset"],
@@ -689,9 +781,9 @@ class Stop:
 
 
 def run_attempt(args: argparse.Namespace, unit: dict[str, Any], folder: Path, attempt: int, stop: Stop,
-                meta: dict[str, Any]) -> dict[str, Any]:
+                meta: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
     task = unit["task"]
-    spec = {**unit, "hf": TASKS[task]["hf"], "overrides": unit_overrides(args, task, unit["seed"]),
+    spec = {**unit, **arm, "hf": TASKS[task]["hf"], "overrides": unit_overrides(args, task, unit["seed"]),
             "ckpt_steps": 2 if args.quick else TASKS[task]["ckpt_steps"], "threads": args.threads,
             "attempt": attempt, "kill_at_step": QUICK_KILL_AT if args.quick else None, "quick": args.quick,
             "commit": meta["commit"], "data_dir": meta["data_dir"]}
@@ -750,8 +842,9 @@ def run_study(args: argparse.Namespace) -> None:
         missing = [f"{data_dir}/{f}" for t in args.tasks for f in TASKS[t]["files"] if not Path(data_dir, f).is_file()]
         if missing:
             sys.exit(f"error: missing data files {missing}; set SESAME_DATA_DIR (now {data_dir}) or use --quick")
-    if args.quick and args.out.exists():
-        shutil.rmtree(args.out)
+    if args.quick:  # a fresh check: this invocation's units start from nothing
+        for unit in plan(args):
+            shutil.rmtree(unit_dir(args.out, unit), ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     lock_file = open(args.out / ".study.lock", "w")
     try:
@@ -773,12 +866,17 @@ def run_study(args: argparse.Namespace) -> None:
             continue
         if stop.requested or (args.max_units is not None and ran >= args.max_units):
             break
+        arm = arm_spec(args, unit["arm"], unit["task"])
+        if arm is None:
+            print(f"[study] {i}/{len(units)} {name}: skipped, the {unit['task']} sweep has no winner yet "
+                  f"(run --sweep first; {args.base_out / 'sweep'})", flush=True)
+            continue
         folder.mkdir(parents=True, exist_ok=True)
         ran += 1
         print(f"[study] {i}/{len(units)} {name}: {unit_state(folder)} -> running", flush=True)
         for attempt in range(1, args.retries + 2):
             previous = json.loads((folder / "attempts.json").read_text()) if (folder / "attempts.json").is_file() else []
-            record = run_attempt(args, unit, folder, len(previous) + 1, stop, meta)
+            record = run_attempt(args, unit, folder, len(previous) + 1, stop, meta, arm)
             if record["returncode"] == 0 and (folder / "result.child.json").is_file():
                 result = finish_unit(args, folder)
                 print(f"[study] {name}: {describe(result)}", flush=True)
@@ -803,7 +901,7 @@ def run_study(args: argparse.Namespace) -> None:
 def safe_report(args: argparse.Namespace) -> None:
     """The running report (<out>/report/): a failure to write it never stops the study."""
     try:
-        write_report(args, args.report_file or args.out / "report" / "full_data_study.md")
+        write_report(args, args.report_file or args.base_out / "report" / "full_data_study.md")
     except Exception as error:  # noqa: BLE001
         print(f"[study] could not write the report: {error!r}", flush=True)
 
@@ -892,15 +990,43 @@ def fmt(value: Any, spec: str = ".4f") -> str:
     return "—" if value is None else format(value, spec)
 
 
+def sweep_section(args: argparse.Namespace) -> list[str]:
+    """Item 4: every candidate's held-out score per GLUE task, and the winner (the sesame_best arm's recipe)."""
+    found = sweep_results(args)
+    if not found:
+        return []
+    grid, chosen = sweep_grid(args), chosen_recipes(args)
+    tasks = [t for t in SWEEP_TASKS if t in found]
+    lines = ["## Recipe sweep (held-out 10% of the training file; dev never read)", "",
+             ("One training run (seed 1) per candidate on 90% of the training file, scored on the other 10% "
+              f"(`{' '.join(SWEEP_COMMON)}`), with `sesame_fast`'s settings and the task's preset otherwise. "
+              "The winner (best final held-out metric) is the `sesame_best` arm above: trained on the whole "
+              "training file, scored on dev. SST-2's candidates saw its first 20,000 sentences. Cells: held-out "
+              "main metric after the last epoch (training CPU minutes)."), "",
+             "| candidate | overrides | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    for c in grid:
+        cells = []
+        for t in tasks:
+            r = found[t].get(c)
+            score = held_out_score(r) if r else None
+            cell = "—" if score is None else f"{score:.4f} ({r['train_cpu_s'] / 60:.1f})"
+            cells.append(f"**{cell}**" if chosen.get(t) == c else cell)
+        lines.append(f"| {c} | `{' '.join(SWEEP_GRID[c]) or '(preset)'}` | " + " | ".join(cells) + " |")
+    metrics = {t: next(iter(found[t].values()))["main_metric"].removeprefix("val_") for t in tasks}
+    lines += ["", "Metrics: " + ", ".join(f"{t} {m}" for t, m in metrics.items()) + ". Winners in bold"
+              + ("" if len(chosen) == len(tasks) else "; a task without one has candidates still running") + ".", ""]
+    return lines
+
+
 def write_report(args: argparse.Namespace, path: Path) -> Path:
-    results = load_results(args.out)
+    results = load_results(args.base_out)
     path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     figures = plot(results, path.parent / path.stem)
     lines = [
         "# Full-data study: sesame against the transformers Trainer (issue 25)", "",
         f"Written {datetime.datetime.now().isoformat(timespec='minutes')} by `python benchmarks/full_data_study.py "
-        f"--report` from {len(results)} finished units in `{args.out}`"
+        f"--report` from {len(results)} finished units in `{args.base_out}`"
         + (" (**--quick pipeline check: shipped slices, a few steps; the numbers mean nothing**)" if args.quick else "") + ".",
         "",
         ("Each unit is one full training run (task, arm, seed) in its own process on one torch thread (2 shared CPU cores, "
@@ -996,8 +1122,10 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                     f"{statistics.fmean(before) if before else float('nan'):.0f} | {avg('peak_rss_mib'):.0f} | "
                     f"{sum(len(r['attempts']) for r in rows)} | {avg('all_attempts_cpu_s') / 60:.1f} |")
         lines.append("")
-    missing = [(u, unit_state(unit_dir(args.out, u))) for u in plan(args)
-               if not (unit_dir(args.out, u) / "result.json").is_file()]
+    study = argparse.Namespace(**{**vars(args), "sweep": False})
+    missing = [(u, unit_state(unit_dir(args.base_out, u))) for u in plan(study)
+               if not (unit_dir(args.base_out, u) / "result.json").is_file()]
+    lines += sweep_section(args)
     lines += ["## Units still missing", ""]
     lines += [f"- {u['task']} / {u['arm']} / seed {u['seed']}: {state}" for u, state in missing] or ["None."]
     lines.append("")
@@ -1026,13 +1154,15 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{i:3d} {unit['task']:10s} {unit['arm']:12s} seed {unit['seed']}: {unit_state(unit_dir(args.out, unit))}")
         return
     if args.report:
-        path = write_report(args, args.report_file or (args.out / "report" / "full_data_study.md" if args.quick else DEFAULT_REPORT))
+        path = write_report(args, args.report_file or (args.base_out / "report" / "full_data_study.md" if args.quick else DEFAULT_REPORT))
         print(f"wrote {path}")
         return
     run_study(args)
     if args.quick:
-        results = load_results(args.out)
-        expected = len(plan(args))
+        units = plan(args)
+        results = [json.loads((unit_dir(args.out, u) / "result.json").read_text()) for u in units
+                   if (unit_dir(args.out, u) / "result.json").is_file()]
+        expected = len(units)
         problems = [f"{len(results)} of {expected} units finished"] if len(results) != expected else []
         for r in results:
             if len(r["attempts"]) < 2:
@@ -1042,12 +1172,12 @@ def main(argv: list[str] | None = None) -> None:
         for t in time_to_accuracy(results):
             if not t["same_batches"]:
                 problems.append(f"{t['task']}: the arms trained on different batches")
-        print(f"[quick] report: {args.out / 'report' / 'full_data_study.md'}")
+        print(f"[quick] report: {args.base_out / 'report' / 'full_data_study.md'}")
         if problems:
             sys.exit("[quick] FAILED: " + "; ".join(problems))
         mirrored = [a for a in args.arms if ARMS[a]["side"] == "sesame" and ARMS[a].get("mirrored", True)]
         print(f"[quick] passed: {len(results)} units, each killed once mid-run and resumed"
-              + (f"; {', '.join(mirrored)} and hf trained on the same batches" if mirrored and "hf" in args.arms else ""))
+              + (f"; {', '.join(mirrored)} and hf trained on the same batches" if mirrored and "hf" in args.arms and not args.sweep else ""))
 
 
 if __name__ == "__main__":

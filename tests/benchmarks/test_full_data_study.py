@@ -102,3 +102,34 @@ def test_the_fast_arm_is_sesame_with_its_speed_settings_and_only_the_plain_arm_i
     assert fast["side"] == "sesame" and fast["mirrored"] is False
     assert {"data.group_by_length=true", "trainer.precision=bf16-mixed"} <= set(fast["overrides"])
     assert fds.ARMS["sesame"].get("mirrored", True) and fds.ARMS["sesame"]["overrides"] == []
+
+
+def test_the_sweep_picks_on_held_out_data_and_only_once_every_candidate_finished(fds, tmp_path):
+    args = fds.parse_args(["--out", str(tmp_path), "--sweep"])
+    units = fds.plan(args)
+    assert args.out == tmp_path.resolve() / "sweep" and args.tasks == fds.SWEEP_TASKS
+    assert len(units) == len(fds.SWEEP_TASKS) * len(fds.SWEEP_GRID) and {u["seed"] for u in units} == {1}
+    spec = fds.arm_spec(args, "sweep-mean_5e-5", "sst2")
+    assert spec["side"] == "sesame" and not spec["mirrored"]
+    assert {"data.holdout_fraction=0.1", "trainer.precision=bf16-mixed", "pooling=mean",
+            "finetune.encoder_lr=5e-5", "data.max_train_examples=20000"} <= set(spec["arm_overrides"])
+    study = fds.parse_args(["--out", str(tmp_path), "--arms", "sesame_best", "--tasks", "rte,wnut17"])
+    assert {u["task"] for u in fds.plan(study)} == {"rte"}  # no sweep for NER
+    scores = dict(zip(fds.SWEEP_GRID, [0.60, 0.61, 0.66, 0.58, 0.66, 0.64, 0.62, None]))
+    for candidate, score in scores.items():
+        if score is None:
+            continue  # the LoRA candidate is still running
+        folder = args.out / "units" / "rte" / f"sweep-{candidate}" / "seed1"
+        folder.mkdir(parents=True)
+        (folder / "result.json").write_text(json.dumps(fake_result("rte", f"sweep-{candidate}", 1, [0.5, score], 10.0)))
+    assert fds.chosen_recipes(study) == {} and fds.arm_spec(study, "sesame_best", "rte") is None
+    folder = args.out / "units" / "rte" / "sweep-mean_lora" / "seed1"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps(fake_result("rte", "sweep-mean_lora", 1, [0.5, 0.65], 10.0)))
+    # mean_2e-5 and mean_5e-5 tie at 0.66: the earlier candidate wins
+    assert fds.chosen_recipes(study) == {"rte": "mean_2e-5"}
+    best = fds.arm_spec(study, "sesame_best", "rte")
+    assert best["recipe"] == "mean_2e-5" and "pooling=mean" in best["arm_overrides"]
+    assert not any(o.startswith("data.holdout") for o in best["arm_overrides"])  # trained on all of train
+    text = "\n".join(fds.sweep_section(study))
+    assert "| mean_2e-5 | `pooling=mean` | **0.6600 (0.3)** |" in text and "| cls_2e-5 | `pooling=cls` | 0.6100 (0.3) |" in text
