@@ -990,6 +990,24 @@ def fmt(value: Any, spec: str = ".4f") -> str:
     return "—" if value is None else format(value, spec)
 
 
+def write_run_records(args: argparse.Namespace, folder: Path) -> None:
+    """One JSON per finished unit (study and sweep) beside the report: its result (settings, overrides, seed,
+    commit, versions, per-validation metrics and times, cost) plus, for sesame's arms, the composed config
+    the run saved, so each run can be rerun exactly (the preset + overrides at that commit)."""
+    import yaml
+
+    for result_file in sorted([*args.base_out.glob("units/*/*/seed*/result.json"),
+                               *args.base_out.glob("sweep/units/*/*/seed*/result.json")]):
+        record = json.loads(result_file.read_text())
+        config = result_file.parent / "run" / "config.yaml"
+        if config.is_file():
+            record["config"] = yaml.safe_load(config.read_text())
+        sweep = "sweep/" if result_file.parent.parent.parent.parent.name == "sweep" else ""
+        target = folder / f"{sweep}{record['task']}_{record['arm']}_seed{record['seed']}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_json(target, record)
+
+
 def sweep_section(args: argparse.Namespace) -> list[str]:
     """Item 4: every candidate's held-out score per GLUE task, and the winner (the sesame_best arm's recipe)."""
     found = sweep_results(args)
@@ -1023,6 +1041,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
     path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     figures = plot(results, path.parent / path.stem)
+    write_run_records(args, path.parent / path.stem / "runs")
     lines = [
         "# Full-data study: sesame against the transformers Trainer (issue 25)", "",
         f"Written {datetime.datetime.now().isoformat(timespec='minutes')} by `python benchmarks/full_data_study.py "
@@ -1039,7 +1058,9 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
          "off). Training time excludes evaluation "
          "and checkpoint writing (counted apart); CPU = process user+sys. Dev metrics are of the final epoch "
          "(and of the best dev epoch, which both arms keep: sesame's best.ckpt, the Trainer arm's best saved epoch); NER "
-         "test F1 is the best dev epoch's. ± is the sample standard deviation over seeds."),
+         "test F1 is the best dev epoch's. ± is the sample standard deviation over seeds. Every finished run's record "
+         f"(settings, overrides, seed, commit, versions, per-validation metrics and times, cost, sesame's composed config): "
+         f"`{path.stem}/runs/<task>_<arm>_seed<k>.json`."),
         "",
     ]
     if not results:

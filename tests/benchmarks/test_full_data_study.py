@@ -90,6 +90,8 @@ def test_time_to_accuracy_and_report(fds, tmp_path):
     args = fds.parse_args(["--out", str(tmp_path), "--tasks", "rte", "--seeds", "2"])
     report = fds.write_report(args, tmp_path / "report" / "full_data_study.md")
     text = report.read_text()
+    record = json.loads((tmp_path / "report" / "full_data_study" / "runs" / "rte_sesame_fast_seed1.json").read_text())
+    assert record["history"][2]["metrics"]["val_accuracy"] == 0.61 and "runs/<task>_<arm>_seed<k>.json" in text
     assert "| rte | sesame | 1 | accuracy | 0.6000 | 0.6400 | 3.3 | 6.0 | 0.56 |" in text
     assert "| rte | sesame_fast | 1 | accuracy | 0.6000 | 0.5900 | 1.5 | 6.0 | 0.25 |" in text
     assert "| rte | sesame_fast | 0.2500 (n=1) | 1 / 1 |" in text
