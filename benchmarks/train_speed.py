@@ -15,6 +15,7 @@ is); SQuAD uses ``AutoModelForQuestionAnswering``, WNUT-17 ``AutoModelForTokenCl
 Arms (``--arms``; the reference is ``hf``):
   sesame          sesame-train's own code (``tasks/runs/runner.py`` ``train``), with ``--sesame-override``s
   sesame_grouped  the same with ``data.group_by_length=true``
+  sesame_grouped_padded  grouped, and batches padded to a multiple of 32 tokens (``data.pad_to_multiple_of=32``)
   hf              Trainer, dynamic padding (pad to the batch's longest), and sesame's shuffle: the
                   two sides train on the very same batches, in the same order
   hf_max_length   Trainer, every batch padded to ``data.max_seq_length``, same batches
@@ -106,6 +107,7 @@ TASKS: dict[str, dict[str, Any]] = {
 ARMS: dict[str, dict[str, Any]] = {
     "sesame": {"side": "sesame", "overrides": []},
     "sesame_grouped": {"side": "sesame", "overrides": ["data.group_by_length=true"]},
+    "sesame_grouped_padded": {"side": "sesame", "overrides": ["data.group_by_length=true", "data.pad_to_multiple_of=32"]},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},
     "hf_max_length": {"side": "hf", "padding": "max_length", "order": "sesame", "optim": None},
     "hf_grouped": {"side": "hf", "padding": "dynamic", "order": "group_by_length", "optim": None},
@@ -720,7 +722,7 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
         "",
         f"Same batches on both sides (examples and real tokens per step, sesame vs hf, every repetition): {same}.",
         *([("Length-grouped arms train on other batches than hf (that is their point): compare their tokens/s "
-            "and examples/s, not their step times.")] if {"sesame_grouped", "hf_grouped"} & set(args.arms) else []),
+            "and examples/s, not their step times.")] if {"sesame_grouped", "sesame_grouped_padded", "hf_grouped"} & set(args.arms) else []),
         (f"SQuAD training windows: {meta['train_windows']}. Sesame-only overrides: "
          f"{' '.join(args.sesame_override) or 'none'}; overrides for both: {' '.join(args.override) or 'none'}. "
          f"Optimisers: {optimisers}."),

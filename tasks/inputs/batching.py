@@ -176,10 +176,27 @@ class PaddingCollator:
     stacked into a tensor [B, T_max, ...]; scalar fields become a tensor [B]. Fields that are None
     in every example (an unlabelled test file) are left out. Integer fields become int64, floats
     float32 (so a regression target stays a float), bools stay bool.
+
+    ``multiple_of`` (``data.pad_to_multiple_of``) rounds T_max up to a multiple of it, never past
+    ``max_length`` (unless the longest example already is longer): length-grouped batches then come in a
+    handful of shapes instead of one per length, which keeps glibc from holding freed activation memory
+    of every shape (docs/results/peak_rss_allocator.md).
     """
 
-    def __init__(self, pad_values: Mapping[str, Any]) -> None:
+    def __init__(self, pad_values: Mapping[str, Any], multiple_of: int | None = None, max_length: int | None = None) -> None:
         self.pad_values = dict(pad_values)
+        self.multiple_of = multiple_of
+        self.max_length = max_length
+
+    def padded_to(self, multiple_of: int | None, max_length: int | None) -> PaddingCollator:
+        """The same collator, padding to a multiple of ``multiple_of`` tokens (None: to the longest)."""
+        return PaddingCollator(self.pad_values, multiple_of, max_length)
+
+    def _length(self, longest: int) -> int:
+        if not self.multiple_of:
+            return longest
+        rounded = -(-longest // self.multiple_of) * self.multiple_of
+        return max(longest, min(rounded, self.max_length)) if self.max_length else rounded
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         batch: dict[str, torch.Tensor] = {}
@@ -189,7 +206,7 @@ class PaddingCollator:
             if isinstance(first, (list, tuple, np.ndarray)):
                 rows = [np.asarray(e[key]) for e in examples]
                 dtype = _batch_dtype(rows[0].dtype)
-                longest = max(len(r) for r in rows)
+                longest = self._length(max(len(r) for r in rows))
                 out = np.full((len(rows), longest, *rows[0].shape[1:]), self.pad_values.get(key, 0), dtype=dtype)
                 for i, row in enumerate(rows):
                     out[i, : len(row)] = row

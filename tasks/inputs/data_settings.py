@@ -27,6 +27,7 @@ class DataSettings(Settings):
     max_eval_examples: int | None
     num_workers: int
     group_by_length: bool  # training batches of similar length, shuffled batch by batch
+    pad_to_multiple_of: int | None  # batches padded to a multiple of this many tokens (null: to the longest)
 
     def __post_init__(self) -> None:
         for key in ("max_seq_length", "batch_size", "eval_batch_size"):
@@ -36,6 +37,9 @@ class DataSettings(Settings):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"data.{key}={value}: use a positive number, or null for all examples")
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            raise ConfigError(f"data.pad_to_multiple_of={self.pad_to_multiple_of}: use a positive number of tokens "
+                              "(e.g. 32), or null to pad each batch to its longest example")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers}: use 0 (load in the main process) or more")
 

@@ -72,7 +72,8 @@ class SplitDataModule(L.LightningDataModule):
                 f"{batch_size * world_size}, more than the {len(dataset)} training examples (QA: windows): under DDP every rank "
                 f"trains on full batches only. Fix: lower data.batch_size (or trainer.devices / trainer.num_nodes)")
         return make_loader(
-            dataset, train=train, batch_size=batch_size, collate_fn=self.collator, num_workers=int(s.num_workers),
+            dataset, train=train, batch_size=batch_size, num_workers=int(s.num_workers),
+            collate_fn=self.collator.padded_to(s.pad_to_multiple_of, s.max_seq_length) if s.pad_to_multiple_of else self.collator,
             lengths=self.example_lengths(split) if not train or s.group_by_length else None, seed=self.seed,
             resume_at=self.resume_at, group_by_length=train and bool(s.group_by_length),
             rank=rank, world_size=world_size,

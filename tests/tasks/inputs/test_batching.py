@@ -156,3 +156,50 @@ def test_ddp_warns_about_the_examples_a_partial_global_batch_leaves_out(caplog):
         make_loader([{"x": i} for i in range(20)], train=True, batch_size=4, collate_fn=PaddingCollator({}),
                     rank=0, world_size=2)
     assert "4 of the 20 training examples fall in a last partial global batch" in caplog.text
+
+
+def test_padding_to_a_multiple_rounds_the_batch_length_up_but_never_past_the_maximum():
+    collate = PaddingCollator({"input_ids": 7, "labels": -100})
+    examples = [{"input_ids": [1, 2, 3], "labels": [0, 1, 0], "y": 1}, {"input_ids": [4, 5, 6, 8, 9], "labels": [1] * 5, "y": 0}]
+    assert collate(examples)["input_ids"].shape == (2, 5)
+    batch = collate.padded_to(4, max_length=16)(examples)
+    assert batch["input_ids"].shape == batch["labels"].shape == (2, 8)
+    assert batch["input_ids"][0].tolist() == [1, 2, 3, 7, 7, 7, 7, 7] and batch["labels"][1, 5:].tolist() == [-100] * 3
+    assert batch["y"].tolist() == [1, 0]
+    assert collate.padded_to(4, max_length=6)(examples)["input_ids"].shape == (2, 6)  # capped at the maximum
+    assert collate.padded_to(4, max_length=4)(examples)["input_ids"].shape == (2, 5)  # never cut
+    assert collate.padded_to(None, max_length=16)(examples)["input_ids"].shape == (2, 5)
+
+
+def test_a_run_pads_its_batches_to_a_multiple_and_learns_the_same(make_cfg, tmp_path, monkeypatch):
+    """data.pad_to_multiple_of reaches every loader of a run; the extra padding is masked, so the
+    logits are those of the unpadded batches."""
+    import sesame.tasks.glue.module as glue_module
+    from sesame.tasks.runs.runner import train
+
+    shapes: list[tuple[int, ...]] = []
+    original = glue_module.SentenceClassificationModule.training_step
+
+    def spy(self, batch, batch_idx):
+        shapes.append(tuple(batch["input_ids"].shape))
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
+    metrics = {}
+    for multiple in (None, 16):
+        shapes.clear()
+        setting = "null" if multiple is None else multiple
+        metrics[multiple] = train(make_cfg(f"data.pad_to_multiple_of={setting}", "data.batch_size=8",
+                                           "trainer.limit_train_batches=3", "data.group_by_length=true"), tmp_path / str(multiple))
+        lengths = {s[1] for s in shapes}
+        assert all(n % 16 == 0 for n in lengths) == (multiple == 16), lengths
+    keys = [k for k in metrics[None] if k.startswith("val_") and isinstance(metrics[None][k], float)]
+    assert keys and all(metrics[16][k] == pytest.approx(metrics[None][k], abs=1e-4) for k in keys)
+
+
+def test_a_bad_pad_multiple_is_refused(make_cfg, tmp_path):
+    from sesame.tasks.core.errors import ConfigError
+    from sesame.tasks.runs.runner import train
+
+    with pytest.raises(ConfigError, match=r"data.pad_to_multiple_of=0: use a positive number"):
+        train(make_cfg("data.pad_to_multiple_of=0"), tmp_path / "run")
