@@ -12,7 +12,8 @@ own. Arms:
                After each epoch the model is saved and scored by sesame's evaluation path
                (tasks/runs/evaluation.py, as `sesame-eval model=<folder>`), the scorer of sesame's arm.
   sesame_fast  (optional, not in the default --arms) sesame with what it ships for speed:
-               data.group_by_length=true trainer.precision=bf16-mixed, validated every half epoch
+               data.group_by_length=true data.pad_to_multiple_of=32 trainer.precision=bf16-mixed,
+               validated every half epoch
   sesame_best  (optional; GLUE) sesame_fast plus the task's winner of the recipe sweep (--sweep: pooling,
                fusion, full/LoRA, learning rate; 8 candidates chosen on a held-out 10% of the training
                file, never on dev), trained on the whole training file
@@ -117,24 +118,28 @@ ORDER = list(TASKS)  # small first
 ARMS: dict[str, dict[str, Any]] = {
     "sesame": {"side": "sesame", "overrides": [], "label": "sesame (preset defaults)"},
     "hf": {"side": "hf", "overrides": [], "label": "transformers Trainer"},
-    # What sesame ships for speed, on top of the same recipe: length-grouped batches (less padding),
-    # bf16 autocast (fast on CPUs with avx512_bf16 / AMX, as this one), a validation every half epoch
-    # (time to accuracy resolved to half an epoch). Not mirrored by the Trainer arm, by design.
+    # What sesame ships for speed, on top of the same recipe: length-grouped batches (less padding)
+    # padded to a multiple of 32 tokens (a few batch shapes: no retained-memory creep, see
+    # docs/results/peak_rss_allocator.md), bf16 autocast (fast on CPUs with avx512_bf16 / AMX, as this
+    # one), a validation every half epoch (time to accuracy resolved to half an epoch). Not mirrored by
+    # the Trainer arm, by design.
     "sesame_fast": {"side": "sesame", "mirrored": False,
-                    "overrides": ["data.group_by_length=true", "trainer.precision=bf16-mixed",
+                    "overrides": ["data.group_by_length=true", "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed",
                                   "trainer.val_check_interval=0.5"],
-                    "label": "sesame with its speed settings (group_by_length, bf16-mixed, validation every half epoch)"},
+                    "label": "sesame with its speed settings (group_by_length padded to 32s, bf16-mixed, validation every half epoch)"},
     # its overrides: sesame_fast's plus the task's sweep winner (item 4; --sweep first)
     "sesame_best": {"side": "sesame", "mirrored": False, "overrides": None,
                     "label": "sesame's best recipe: the task's sweep winner (chosen on held-out training data) with sesame_fast's settings"},
 }
 #: Item 4, a better recipe: the candidates of one sweep per GLUE task, each trained once (seed 1) on 90% of
 #: the training file and scored on the other 10% (data.holdout_fraction; the dev set is never read), on top
-#: of sesame_fast's speed settings and the task's preset otherwise. The winner (best final held-out main
+#: of SWEEP_SPEED (sesame_fast's settings of then) and the task's preset otherwise. The winner (best final held-out main
 #: metric; ties go to the earlier candidate) becomes the `sesame_best` arm: trained on the whole training
 #: file with every seed of the task, scored on dev like every other arm.
 SWEEP_TASKS = ["rte", "mrpc", "stsb", "cola", "sst2"]
 SWEEP_COMMON = ["data.holdout_fraction=0.1", "data.holdout_seed=1"]
+#: The sweep's speed settings (fixed when it started: sesame_fast's then, before data.pad_to_multiple_of).
+SWEEP_SPEED = ["data.group_by_length=true", "trainer.precision=bf16-mixed", "trainer.val_check_interval=0.5"]
 #: SST-2's candidates see its first 20,000 training sentences (18,000 to train, 2,000 held out): the whole
 #: file x 8 candidates would cost more than the rest of the study; its `sesame_best` trains on all 67,349.
 SWEEP_TASK_OVERRIDES = {"sst2": ["data.max_train_examples=20000"]}
@@ -280,7 +285,7 @@ def arm_spec(args: argparse.Namespace, arm: str, task: str) -> dict[str, Any] | 
     fast = ARMS["sesame_fast"]["overrides"]
     if arm.startswith(SWEEP_ARM_PREFIX):
         extra = ["data.max_train_examples=40"] if args.quick else SWEEP_TASK_OVERRIDES.get(task, [])
-        overrides = [*fast, *SWEEP_COMMON, *extra, *SWEEP_GRID[arm.removeprefix(SWEEP_ARM_PREFIX)]]
+        overrides = [*SWEEP_SPEED, *SWEEP_COMMON, *extra, *SWEEP_GRID[arm.removeprefix(SWEEP_ARM_PREFIX)]]
         return {"side": "sesame", "mirrored": False, "arm_overrides": overrides}
     if arm == "sesame_best":
         choice = chosen_recipes(args).get(task)
@@ -1017,7 +1022,7 @@ def sweep_section(args: argparse.Namespace) -> list[str]:
     tasks = [t for t in SWEEP_TASKS if t in found]
     lines = ["## Recipe sweep (held-out 10% of the training file; dev never read)", "",
              ("One training run (seed 1) per candidate on 90% of the training file, scored on the other 10% "
-              f"(`{' '.join(SWEEP_COMMON)}`), with `sesame_fast`'s settings and the task's preset otherwise. "
+              f"(`{' '.join(SWEEP_COMMON)}`), with `{' '.join(SWEEP_SPEED)}` and the task's preset otherwise. "
               "The winner (best final held-out metric) is the `sesame_best` arm above: trained on the whole "
               "training file, scored on dev. SST-2's candidates saw its first 20,000 sentences. Cells: held-out "
               "main metric after the last epoch (training CPU minutes)."), "",

@@ -102,7 +102,7 @@ def test_time_to_accuracy_and_report(fds, tmp_path):
 def test_the_fast_arm_is_sesame_with_its_speed_settings_and_only_the_plain_arm_is_mirrored(fds):
     fast = fds.ARMS["sesame_fast"]
     assert fast["side"] == "sesame" and fast["mirrored"] is False
-    assert {"data.group_by_length=true", "trainer.precision=bf16-mixed"} <= set(fast["overrides"])
+    assert {"data.group_by_length=true", "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed"} <= set(fast["overrides"])
     assert fds.ARMS["sesame"].get("mirrored", True) and fds.ARMS["sesame"]["overrides"] == []
 
 
