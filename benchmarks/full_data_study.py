@@ -745,7 +745,13 @@ def child(spec_file: Path) -> None:
 
     register_resolvers()
     started = time.time()
-    result = child_sesame(spec, folder) if spec["side"] == "sesame" else child_hf(spec, folder)
+    from sesame.tasks.core.errors import RunStopped
+
+    try:
+        result = child_sesame(spec, folder) if spec["side"] == "sesame" else child_hf(spec, folder)
+    except RunStopped as stopped:  # SIGTERM: the run saved its checkpoint; the parent resumes it later
+        print(f"[sesame] {stopped}", flush=True)
+        sys.exit(EXIT_STOPPED)
     history = result["history"]
     result.update(
         task=spec["task"], arm=spec["arm"], seed=spec["seed"], preset=TASKS[spec["task"]]["preset"],
