@@ -76,6 +76,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from compression import compose  # noqa: E402
+from readme_section import section_in, with_section  # noqa: E402
 from train_speed import (  # noqa: E402
     HF_KEYS,
     OFFLINE,
@@ -91,6 +92,28 @@ from train_speed import (  # noqa: E402
 
 DEFAULT_OUT = Path(os.environ.get("SESAME_STUDY_DIR", "/work/study"))
 DEFAULT_REPORT = REPO / "docs" / "results" / "full_data_study.md"
+#: Every finished run's record (``--report`` writes them); the README table is rendered from these.
+RUN_RECORDS = DEFAULT_REPORT.parent / DEFAULT_REPORT.stem / "runs"
+README = REPO / "README.md"
+README_BEGIN, README_END = "<!-- full-data-study:begin -->", "<!-- full-data-study:end -->"
+#: Published dev-set figures of other small encoders, for context only (different models and recipes).
+PUBLISHED: dict[str, str] = {
+    "rte": "MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ",
+    "mrpc": "MiniLM-L6 88.9ᵃ ᶜ, DistilBERT 87.5ᵇ ᶜ",
+    "stsb": "DistilBERT 86.9ᵇ ᶜ",
+    "cola": "MiniLM-L6 47.5ᵃ, DistilBERT 51.3ᵇ",
+    "sst2": "MiniLM-L6 91.5ᵃ, DistilBERT 91.3ᵇ",
+    "squad_v1": "DistilBERT 85.8 F1 (77.7 EM)ᵈ",
+    "conll2003": "none found",
+    "wnut17": "none found",
+}
+PUBLISHED_NOTES = [
+    "ᵃ MiniLM-L6xH384 (22M parameters, distilled task-agnostically from a UniLMv2 base model), dev set: "
+    "microsoft/unilm, `minilm/README.md`, table \"Fine-tuning on NLU tasks\" (Wang et al., 2020, arXiv:2002.10957).",
+    "ᵇ DistilBERT (66M, 6 layers of 768), dev set, median of 5 runs: Sanh et al., 2019, arXiv:1910.01108, Table 1.",
+    "ᶜ the source does not say which of the task's metrics (MRPC accuracy or F1; STS-B Pearson or Spearman).",
+    "ᵈ same paper, Table 2 (SQuAD v1.1 dev).",
+]
 
 #: task -> its preset, Trainer head, data files (under $SESAME_DATA_DIR), seeds, mid-epoch checkpoint
 #: cadence (optimiser steps, about 10 min of single-thread work; None: only after each epoch's
@@ -203,6 +226,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="item 4: the recipe sweep instead (SWEEP_GRID: 8 candidates per GLUE task, seed 1, trained on "
                         "90%% of the training file and scored on the other 10%%) into <out>/sweep; its winners are the "
                         "sesame_best arm (--arms sesame_best)")
+    parser.add_argument("--readme", action="store_true",
+                        help=f"write the README's summary table from the committed run records ({RUN_RECORDS.relative_to(REPO)}; "
+                        "--report writes them); `--readme --check` exits 1 when the README's table is not that")
+    parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -1007,6 +1034,7 @@ def write_run_records(args: argparse.Namespace, folder: Path) -> None:
     the run saved, so each run can be rerun exactly (the preset + overrides at that commit)."""
     import yaml
 
+    shutil.rmtree(folder, ignore_errors=True)  # generated: a unit removed from the study leaves no stale record
     for result_file in sorted([*args.base_out.glob("units/*/*/seed*/result.json"),
                                *args.base_out.glob("sweep/units/*/*/seed*/result.json")]):
         record = json.loads(result_file.read_text())
@@ -1045,6 +1073,51 @@ def sweep_section(args: argparse.Namespace) -> list[str]:
     lines += ["", "Metrics: " + ", ".join(f"{t} {m}" for t, m in metrics.items()) + ". Winners in bold"
               + ("" if len(chosen) == len(tasks) else "; a task without one has candidates still running") + ".", ""]
     return lines
+
+
+def load_records(folder: Path = RUN_RECORDS) -> list[dict[str, Any]]:
+    """The committed run records of the study's arms (the sweep's are in ``sweep/``)."""
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def points(values: list[float | None]) -> str:
+    """Mean ± std (n) of a metric in points (x100)."""
+    values = [100 * v for v in values if v is not None]
+    if not values:
+        return "running"
+    spread = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):.2f}{spread} ({len(values)})"
+
+
+def readme_table(records: list[dict[str, Any]]) -> str:
+    """The README's summary of the study, rendered from the run records (``--readme`` writes it)."""
+    by = lambda task, arm: [r for r in records if r["task"] == task and r["arm"] == arm]  # noqa: E731
+    tta = {arm: time_to_accuracy(records, arm) for arm in ("sesame", "sesame_fast", "sesame_best")}
+
+    def final(task: str, arm: str) -> list[float | None]:
+        return [r["final"].get(r["main_metric"]) for r in by(task, arm)]
+
+    def reach(task: str, arm: str) -> str:
+        rows = [t for t in tta[arm] if t["task"] == task]
+        if not rows:
+            return "running"
+        got = [t["cpu_ratio"] for t in rows if t["cpu_ratio"] is not None]
+        mean = f"{statistics.fmean(got):.2f}x" if got else "never"
+        return mean if len(got) == len(rows) else f"{mean} ({len(got)}/{len(rows)} reached)"
+
+    lines = [
+        "| task | dev metric | sesame default | Trainer | sesame fast | sesame best recipe | CPU time to the Trainer's "
+        "final metric (default; fast) | published, other small encoders |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for task in ORDER:
+        main = next((r["main_metric"] for r in records if r["task"] == task), None)
+        metric = main.removeprefix("val_").replace("matthews_correlation", "MCC") if main else "—"
+        best = points(final(task, "sesame_best")) if task in SWEEP_TASKS else "(no sweep)"
+        lines.append(f"| {TASKS[task]['label']} | {metric} | {points(final(task, 'sesame'))} | {points(final(task, 'hf'))} | "
+                     f"{points(final(task, 'sesame_fast'))} | {best} | {reach(task, 'sesame')}; {reach(task, 'sesame_fast')} | "
+                     f"{PUBLISHED[task]} |")
+    return "\n".join([*lines, "", *[note + "  " for note in PUBLISHED_NOTES[:-1]], PUBLISHED_NOTES[-1]])
 
 
 def write_report(args: argparse.Namespace, path: Path) -> Path:
@@ -1184,6 +1257,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.plan:
         for i, unit in enumerate(plan(args), 1):
             print(f"{i:3d} {unit['task']:10s} {unit['arm']:12s} seed {unit['seed']}: {unit_state(unit_dir(args.out, unit))}")
+        return
+    if args.readme:
+        table, readme = readme_table(load_records()), README.read_text(encoding="utf-8")
+        if args.check:
+            same = section_in(readme, README_BEGIN, README_END) == table
+            print("README table is up to date" if same else "README table differs: run --readme")
+            sys.exit(0 if same else 1)
+        README.write_text(with_section(readme, README_BEGIN, README_END, table, "Full-data results"), encoding="utf-8")
+        print(f"wrote the study's table into {README}")
         return
     if args.report:
         path = write_report(args, args.report_file or (args.base_out / "report" / "full_data_study.md" if args.quick else DEFAULT_REPORT))

@@ -135,3 +135,24 @@ def test_the_sweep_picks_on_held_out_data_and_only_once_every_candidate_finished
     assert not any(o.startswith("data.holdout") for o in best["arm_overrides"])  # trained on all of train
     text = "\n".join(fds.sweep_section(study))
     assert "| mean_2e-5 | `pooling=mean` | **0.6600 (0.3)** |" in text and "| cls_2e-5 | `pooling=cls` | 0.6100 (0.3) |" in text
+
+
+def test_the_readme_table_renders_the_run_records_in_points_with_reach_ratios(fds):
+    records = [fake_result("rte", "sesame", s, [0.55, v], 100.0) for s, v in ((1, 0.60), (2, 0.62))]
+    records += [fake_result("rte", "hf", s, [0.55, v], 120.0) for s, v in ((1, 0.61), (2, 0.61))]
+    records += [fake_result("rte", "sesame_fast", 1, [0.62, 0.63], 30.0)]
+    table = fds.readme_table(records)
+    row = next(line for line in table.splitlines() if line.startswith("| RTE |"))
+    # default: 60 and 62 points; it reaches the Trainer's 0.61 on seed 2 only (at 200 of the Trainer's 240 CPU s)
+    assert row.startswith("| RTE | accuracy | 61.00 ± 1.41 (2) | 61.00 ± 0.00 (2) | 63.00 (1) | running | ")
+    assert "| 0.83x (1/2 reached); 0.12x | MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ |" in row
+    assert "| SST-2 | — | running |" in table and "arXiv:1910.01108, Table 1" in table
+
+
+def test_the_readme_holds_what_the_committed_run_records_render(fds):
+    readme = fds.README.read_text(encoding="utf-8")
+    section = fds.section_in(readme, fds.README_BEGIN, fds.README_END)
+    if section is None:  # the table goes into the README once every unit has finished (issue 25)
+        assert "full-data-study:begin" not in readme
+        return
+    assert section == fds.readme_table(fds.load_records()), "run: python benchmarks/full_data_study.py --readme"

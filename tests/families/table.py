@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.readme_section import section_in, with_section
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results" / "encoder_families.json"
 README = ROOT / "README.md"
@@ -63,23 +65,14 @@ def render(results: dict) -> str:
     return "\n".join([INTRO, "", *lines])
 
 
-def section(results: dict) -> str:
-    return f"{BEGIN}\n{render(results)}\n{END}"
-
-
 def readme_with_table(readme: str, results: dict) -> str:
     """``readme`` with the section between the markers replaced (or a new "Encoder families" section
     appended when it has none)."""
-    if BEGIN in readme and END in readme:
-        head, rest = readme.split(BEGIN, 1)
-        return head + section(results) + rest.split(END, 1)[1]
-    return readme.rstrip("\n") + "\n\n## Encoder families\n\n" + section(results) + "\n"
+    return with_section(readme, BEGIN, END, render(results), "Encoder families")
 
 
 def table_in(readme: str) -> str | None:
-    if BEGIN not in readme or END not in readme:
-        return None
-    return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    return section_in(readme, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
