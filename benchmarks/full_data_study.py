@@ -109,7 +109,8 @@ PUBLISHED: dict[str, str] = {
 }
 PUBLISHED_NOTES = [
     "sesame's encoder here is sentence-transformers' all-MiniLM-L6-v2: a sentence-embedding model (nreimers' "
-    "6-layer cut of MiniLM-L12-H384, trained further on sentence pairs for embeddings), not the distilled MiniLM "
+    "MiniLM-L6-H384, the every-other-layer cut of MiniLM-L12-H384, trained further on 1B sentence pairs for "
+    "embeddings; its model card, huggingface.co/sentence-transformers/all-MiniLM-L6-v2), not the distilled MiniLM "
     "or DistilBERT those papers fine-tune; their figures are context, not a target.",
     "ᵃ MiniLM-L6xH384 (22M parameters, distilled task-agnostically from a UniLMv2 base model), dev set: "
     "microsoft/unilm, `minilm/README.md`, table \"Fine-tuning on NLU tasks\" (Wang et al., 2020, arXiv:2002.10957).",
