@@ -769,8 +769,14 @@ def child(spec_file: Path) -> None:
     """One segment of one unit (``--child``): train (resuming where it can), evaluate, write result.json."""
     spec = json.loads(spec_file.read_text())
     folder = spec_file.parent
+    import logging
+
     import torch
 
+    # sesame's own log lines into child.log, as sesame-train's train.log has them: the data's counts
+    # (questions -> windows, sentences -> windows, held-out examples), warnings about the files
+    logging.basicConfig(level=logging.WARNING, format="[%(levelname)s %(name)s] %(message)s")
+    logging.getLogger("sesame").setLevel(logging.INFO)
     torch.set_num_threads(int(spec["threads"]))
     from sesame.tasks.cli.resolvers import register_resolvers
 
