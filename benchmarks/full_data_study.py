@@ -1166,7 +1166,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
         for task in dict.fromkeys(r["task"] for r in results):
             r = next(x for x in results if x["task"] == task)
             s = r["settings"]
-            epochs = r["history"][-1]["epoch"] if r["history"] else 0
+            epochs = round(r["history"][-1]["epoch"], 1) if r["history"] else 0  # a mid-epoch last step reads 2.9995
             lines.append(f"| {r['task']} | {epochs:g} | {s['batch_size']} | {s['encoder_lr']:g} / {s['head_lr']:g} | "
                              f"{s['max_seq_length']} | {s['warmup_ratio']:g} of steps | {s['weight_decay']:g} | {s['gradient_clip_val']} |")
         lines.append("")
