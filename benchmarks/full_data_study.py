@@ -154,6 +154,10 @@ ARMS: dict[str, dict[str, Any]] = {
                     "overrides": ["data.group_by_length=true", "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed",
                                   "trainer.val_check_interval=0.5"],
                     "label": "sesame with its speed settings (group_by_length padded to 32s, bf16-mixed, validation every half epoch)"},
+    # Tracing (not in the default --arms): the Trainer arm with its task layer initialised as sesame's heads
+    # are (torch's default Linear init) instead of transformers' normal(0, 0.02) with zero bias
+    "hf_torch_init": {"side": "hf", "overrides": [], "head_init": "torch",
+                      "label": "transformers Trainer, task layer with torch's default init (sesame's)"},
     # its overrides: sesame_fast's plus the task's sweep winner (item 4; --sweep first)
     "sesame_best": {"side": "sesame", "mirrored": False, "overrides": None,
                     "label": "sesame's best recipe: the task's sweep winner (chosen on held-out training data) with sesame_fast's settings"},
@@ -324,7 +328,7 @@ def arm_spec(args: argparse.Namespace, arm: str, task: str) -> dict[str, Any] | 
             return None
         return {"side": "sesame", "mirrored": False, "arm_overrides": [*fast, *SWEEP_GRID[choice]], "recipe": choice}
     return {"side": ARMS[arm]["side"], "mirrored": ARMS[arm].get("mirrored", True),
-            "arm_overrides": list(ARMS[arm]["overrides"])}
+            "arm_overrides": list(ARMS[arm]["overrides"]), "head_init": ARMS[arm].get("head_init")}
 
 
 def unit_dir(out: Path, unit: dict[str, Any]) -> Path:
@@ -638,6 +642,10 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     total_steps = steps_per_epoch * epochs
     set_seed(settings["seed"])
     model = hf_model(kind, resolve_name_or_path(str(cfg.encoder.name_or_path)), cfg, datamodule)
+    if spec.get("head_init") == "torch":  # the task layer as sesame initialises its heads
+        task_layer = model.qa_outputs if kind == "qa" else model.classifier
+        for layer in (m for m in task_layer.modules() if isinstance(m, torch.nn.Linear)):
+            layer.reset_parameters()
     collator = DataCollatorForTokenClassification(tokenizer) if kind == "token" else DataCollatorWithPadding(tokenizer)
     output_dir = folder / "hf"
     best_dir, epoch_dir = folder / "hf_best", folder / "hf_epoch_model"
