@@ -611,6 +611,16 @@ def hf_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def init_task_layer_as_sesame(model: Any, kind: str) -> None:
+    """The transformers model's task layer re-initialised as sesame's heads are (torch's default Linear
+    init), in place of transformers' normal(0, 0.02) weights and zero biases (the hf_torch_init arm)."""
+    import torch
+
+    task_layer = model.qa_outputs if kind == "qa" else model.classifier
+    for layer in (m for m in task_layer.modules() if isinstance(m, torch.nn.Linear)):
+        layer.reset_parameters()
+
+
 def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     import torch
     from sesame.tasks.inputs.batching import ResumableShuffleSampler
@@ -642,10 +652,8 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     total_steps = steps_per_epoch * epochs
     set_seed(settings["seed"])
     model = hf_model(kind, resolve_name_or_path(str(cfg.encoder.name_or_path)), cfg, datamodule)
-    if spec.get("head_init") == "torch":  # the task layer as sesame initialises its heads
-        task_layer = model.qa_outputs if kind == "qa" else model.classifier
-        for layer in (m for m in task_layer.modules() if isinstance(m, torch.nn.Linear)):
-            layer.reset_parameters()
+    if spec.get("head_init") == "torch":
+        init_task_layer_as_sesame(model, kind)
     collator = DataCollatorForTokenClassification(tokenizer) if kind == "token" else DataCollatorWithPadding(tokenizer)
     output_dir = folder / "hf"
     best_dir, epoch_dir = folder / "hf_best", folder / "hf_epoch_model"

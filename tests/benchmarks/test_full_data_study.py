@@ -156,3 +156,24 @@ def test_the_readme_holds_what_the_committed_run_records_render(fds):
         assert "full-data-study:begin" not in readme
         return
     assert section == fds.readme_table(fds.load_records()), "run: python benchmarks/full_data_study.py --readme"
+
+
+@pytest.mark.parametrize("kind", ["sequence", "qa"])
+def test_the_tracing_arm_initialises_the_trainers_task_layer_as_sesame_does(fds, kind):
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                        num_labels=1)
+    model = (BertForQuestionAnswering if kind == "qa" else BertForSequenceClassification)(config)
+    layer = model.qa_outputs if kind == "qa" else model.classifier
+    assert float(layer.bias.abs().max()) == 0.0 and float(layer.weight.std()) < 0.03  # transformers: normal(0, 0.02)
+    encoder_before = model.bert.embeddings.word_embeddings.weight.clone()
+    fds.init_task_layer_as_sesame(model, kind)
+    # torch's default: uniform within ±1/sqrt(fan_in) = ±0.125 here (std 0.072), biases too
+    assert float(layer.bias.abs().max()) > 0.0 and 0.05 < float(layer.weight.std()) < 0.1
+    assert float(layer.weight.abs().max()) <= 0.125
+    assert torch.equal(model.bert.embeddings.word_embeddings.weight, encoder_before)
+    spec = fds.arm_spec(fds.parse_args(["--out", "/tmp/x"]), "hf_torch_init", "stsb")
+    assert spec["side"] == "hf" and spec["head_init"] == "torch" and spec["arm_overrides"] == []
