@@ -1173,6 +1173,9 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
          f"`{path.stem}/runs/<task>_<arm>_seed<k>.json`."),
         "",
     ]
+    extra = [a for a in dict.fromkeys(r["arm"] for r in results) if a in ARMS and a not in ("sesame", "hf")]
+    if extra:
+        lines += ["Other arms: " + "; ".join(f"`{a}` = {ARMS[a]['label']}" for a in extra) + ".", ""]
     if not results:
         lines += ["No unit has finished yet.", ""]
     if results:
