@@ -1067,7 +1067,7 @@ def write_run_records(args: argparse.Namespace, folder: Path) -> None:
         config = result_file.parent / "run" / "config.yaml"
         if config.is_file():
             record["config"] = yaml.safe_load(config.read_text())
-        sweep = "sweep/" if result_file.parent.parent.parent.parent.name == "sweep" else ""
+        sweep = "sweep/" if record["arm"].startswith(SWEEP_ARM_PREFIX) else ""
         target = folder / f"{sweep}{record['task']}_{record['arm']}_seed{record['seed']}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         write_json(target, record)

@@ -133,6 +133,9 @@ def test_the_sweep_picks_on_held_out_data_and_only_once_every_candidate_finished
     best = fds.arm_spec(study, "sesame_best", "rte")
     assert best["recipe"] == "mean_2e-5" and "pooling=mean" in best["arm_overrides"]
     assert not any(o.startswith("data.holdout") for o in best["arm_overrides"])  # trained on all of train
+    records = tmp_path / "records"
+    fds.write_run_records(study, records)
+    assert (records / "sweep" / "rte_sweep-mean_lora_seed1.json").is_file() and not list(records.glob("*.json"))
     text = "\n".join(fds.sweep_section(study))
     assert "| mean_2e-5 | `pooling=mean` | **0.6600 (0.3)** |" in text and "| cls_2e-5 | `pooling=cls` | 0.6100 (0.3) |" in text
 
