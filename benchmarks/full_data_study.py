@@ -153,7 +153,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_fast": {"side": "sesame", "mirrored": False,
                     "overrides": ["data.group_by_length=true", "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed",
                                   "trainer.val_check_interval=0.5"],
-                    "label": "sesame with its speed settings (group_by_length padded to 32s, bf16-mixed, validation every half epoch)"},
+                    "label": "the `sesame` arm plus what sesame ships for speed (the Trainer has equivalents, "
+                             "`group_by_length` and `bf16`, which its reference recipe leaves off)"},
     # Tracing (not in the default --arms): the Trainer arm with its task layer initialised as sesame's heads
     # are (torch's default Linear init) instead of transformers' normal(0, 0.02) with zero bias
     "hf_torch_init": {"side": "hf", "overrides": [], "head_init": "torch",
@@ -304,11 +305,11 @@ def held_out_score(result: dict[str, Any]) -> float | None:
     return result["final"].get(result["main_metric"])
 
 
-def chosen_recipes(args: argparse.Namespace) -> dict[str, str]:
-    """task -> the winning candidate, for the tasks whose every candidate finished (never a partial sweep)."""
-    chosen = {}
-    for task, by_candidate in sweep_results(args).items():
-        grid = sweep_grid(args)
+def chosen_recipes(args: argparse.Namespace, found: dict[str, dict[str, dict[str, Any]]] | None = None) -> dict[str, str]:
+    """task -> the winning candidate, for the tasks whose every candidate finished (never a partial sweep);
+    ``found``: :func:`sweep_results`, when the caller has read them already."""
+    chosen, grid = {}, sweep_grid(args)
+    for task, by_candidate in (sweep_results(args) if found is None else found).items():
         if all(c in by_candidate and held_out_score(by_candidate[c]) is not None for c in grid):
             chosen[task] = max(grid, key=lambda c: (held_out_score(by_candidate[c]), -grid.index(c)))
     return chosen
@@ -1078,7 +1079,7 @@ def sweep_section(args: argparse.Namespace) -> list[str]:
     found = sweep_results(args)
     if not found:
         return []
-    grid, chosen = sweep_grid(args), chosen_recipes(args)
+    grid, chosen = sweep_grid(args), chosen_recipes(args, found)
     tasks = [t for t in SWEEP_TASKS if t in found]
     lines = ["## Recipe sweep (held-out 10% of the training file; dev never read)", "",
              ("One training run (seed 1) per candidate on 90% of the training file, scored on the other 10% "
@@ -1162,10 +1163,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
          "`nice -n 19`), validated after every epoch. Arms: `sesame` = `sesame-train +experiment=full_<task>` as shipped; "
          "`hf` = transformers' `Trainer` with `AutoModelFor...` on sesame's own training examples and batches (same "
          "tokenisation, shuffle, seed, epochs, batch size, learning rate, warm-up, weight decay, clipping, AdamW), "
-         "each epoch's model scored by sesame's evaluation path (the same scorer); `sesame_fast` (where present) = "
-         "the `sesame` arm plus " + " ".join(f"`{o}`" for o in ARMS["sesame_fast"]["overrides"]) + ", what sesame "
-         "ships for speed (the Trainer has equivalents, `group_by_length` and `bf16`, which its reference recipe leaves "
-         "off). Training time excludes evaluation "
+         "each epoch's model scored by sesame's evaluation path (the same scorer). Training time excludes evaluation "
          "and checkpoint writing (counted apart); CPU = process user+sys. Dev metrics are of the final epoch "
          "(and of the best dev epoch, which both arms keep: sesame's best.ckpt, the Trainer arm's best saved epoch); NER "
          "test F1 is the best dev epoch's. ± is the sample standard deviation over seeds. Every finished run's record "
@@ -1175,7 +1173,9 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
     ]
     extra = [a for a in dict.fromkeys(r["arm"] for r in results) if a in ARMS and a not in ("sesame", "hf")]
     if extra:
-        lines += ["Other arms: " + "; ".join(f"`{a}` = {ARMS[a]['label']}" for a in extra) + ".", ""]
+        lines += ["Other arms: " + "; ".join(
+            f"`{a}` = {ARMS[a]['label']}" + (f": {' '.join(f'`{o}`' for o in ARMS[a]['overrides'])}" if ARMS[a]["overrides"] else "")
+            for a in extra) + ".", ""]
     if not results:
         lines += ["No unit has finished yet.", ""]
     if results:

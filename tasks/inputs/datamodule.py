@@ -22,7 +22,7 @@ from sesame.tasks.inputs.data_settings import DataSettings
 class SplitDataModule(L.LightningDataModule):
     """A data module whose splits are ``train``, ``validation`` and ``test``.
 
-    Subclasses take their task's :class:`DataSettings`, set ``self.collator``, and implement ``dataset(split)``
+    Subclasses take their task's :class:`DataSettings`, set ``self.collator`` (a ``PaddingCollator``), and implement ``dataset(split)``
     and ``has_split(split)``. ``resume_at`` is set by
     ``tasks/runs/checkpoint_callbacks.py`` ``TrainingResumeCallback`` when a run resumes mid-epoch.
     """
@@ -73,7 +73,7 @@ class SplitDataModule(L.LightningDataModule):
                 f"trains on full batches only. Fix: lower data.batch_size (or trainer.devices / trainer.num_nodes)")
         return make_loader(
             dataset, train=train, batch_size=batch_size, num_workers=int(s.num_workers),
-            collate_fn=self.collator.padded_to(s.pad_to_multiple_of, s.max_seq_length) if s.pad_to_multiple_of else self.collator,
+            collate_fn=self.collator.padded_to(s.pad_to_multiple_of, s.max_seq_length),
             lengths=self.example_lengths(split) if not train or s.group_by_length else None, seed=self.seed,
             resume_at=self.resume_at, group_by_length=train and bool(s.group_by_length),
             rank=rank, world_size=world_size,
