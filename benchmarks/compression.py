@@ -205,8 +205,11 @@ def train_run(overrides: list[str], folder: Path, fresh: bool) -> Path:
     from sesame.tasks.runs.runner import train
 
     if not done(folder, "metrics.json", fresh):
-        print(f"[train] {folder}: {' '.join(overrides)}", flush=True)
-        train(compose("config", overrides), folder)
+        # A training killed here resumes from its last checkpoint (mid-epoch ones need
+        # checkpoint.every_n_train_steps; one killed before its first checkpoint starts over).
+        resume = ["resume=true"] if (folder / "config.yaml").is_file() else []
+        print(f"[train] {folder}: {' '.join(overrides)}{' (resumed)' if resume else ''}", flush=True)
+        train(compose("config", [*overrides, *resume]), folder)
     return folder
 
 

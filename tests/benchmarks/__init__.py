@@ -17,5 +17,6 @@ def load_benchmark(name: str) -> ModuleType:
         sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the script runs
     spec.loader.exec_module(module)
     return module

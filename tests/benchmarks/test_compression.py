@@ -150,3 +150,22 @@ def test_a_given_run_is_the_teacher_and_variants_can_be_chosen(bench, tmp_path):
     assert proc.returncode != 0 and "--heads 0.25 there, 0.5 here" in proc.stderr
     proc = _bench(encoder, other, "--variants", "pruned,bogus")
     assert proc.returncode == 2 and "unknown variant(s) ['bogus']" in proc.stderr
+
+
+def test_a_killed_training_step_resumes_and_a_finished_one_is_reused(tmp_path, monkeypatch):
+    """A student or fine-tuning killed mid-run continues from its checkpoint (resume=true) when the benchmark
+    is run again; a fresh folder starts without resume, and a finished one is not trained again."""
+    from sesame.tasks.runs import runner
+    from tests.benchmarks import load_benchmark
+
+    bench_module = load_benchmark("compression")
+    trained = []
+    monkeypatch.setattr(runner, "train", lambda cfg, folder: trained.append((folder, cfg.resume)))
+    fresh, killed, finished = (tmp_path / name for name in ("fresh", "killed", "finished"))
+    killed.mkdir()
+    (killed / "config.yaml").write_text("seed: 1\n")
+    finished.mkdir()
+    (finished / "metrics.json").write_text("{}")
+    for folder in (fresh, killed, finished):
+        assert bench_module.train_run(["seed=3"], folder, fresh=False) == folder
+    assert trained == [(fresh, None), (killed, True)]
