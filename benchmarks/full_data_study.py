@@ -1144,7 +1144,98 @@ def readme_table(records: list[dict[str, Any]]) -> str:
         lines.append(f"| {TASKS[task]['label']} | {metric} | {points(final(task, 'sesame'))} | {points(final(task, 'hf'))} | "
                      f"{points(final(task, 'sesame_fast'))} | {best} | {reach(task, 'sesame')}; {reach(task, 'sesame_fast')} | "
                      f"{PUBLISHED[task]} |")
-    return "\n".join([*lines, "", *[note + "  " for note in PUBLISHED_NOTES[:-1]], PUBLISHED_NOTES[-1]])
+    return "\n".join([*lines, "", *[note + "  " for note in PUBLISHED_NOTES[:-1]], PUBLISHED_NOTES[-1], "",
+                      *goal_lines(records)])
+
+
+#: Issue 25's goals. The speed goal counts the arms sesame ships on the preset's recipe (not the sweep's winner,
+#: whose choice cost a sweep): the fastest of them whose dev metric holds.
+SPEED_GOAL_ARMS = ("sesame", "sesame_fast")
+SPEED_GOAL_RATIO, SPEED_GOAL_TASKS, BEST_GOAL_POINTS = 0.7, 5, 1.0
+
+
+def holds(mine: list[float], ref: list[float]) -> tuple[float, float]:
+    """(mean of ``mine`` − mean of ``ref``, the shortfall allowed) in points: one std of ``ref``, at most 1 point
+    (1 point where ``ref`` has a single seed and no std)."""
+    allowed = min(statistics.stdev(ref), 1.0) if len(ref) > 1 else 1.0
+    return statistics.fmean(mine) - statistics.fmean(ref), allowed
+
+
+def goal_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Issue 25's three goals checked on the run records, with the numbers: a table per task and one verdict
+    per goal (met, missed, or pending while units it needs are running)."""
+    def final(task: str, arm: str) -> list[float]:
+        return [100 * r["final"][r["main_metric"]] for r in records
+                if r["task"] == task and r["arm"] == arm and r["final"].get(r["main_metric"]) is not None]
+
+    def held(task: str, arm: str) -> bool:
+        if not final(task, arm) or not final(task, "hf"):
+            return False
+        gap, allowed = holds(final(task, arm), final(task, "hf"))
+        return gap >= -allowed
+
+    tta = {arm: time_to_accuracy(records, arm) for arm in SPEED_GOAL_ARMS}
+    rows, quality, fast, best = [], {}, {}, {}
+    for task in ORDER:
+        complete = lambda arm: len(final(task, arm)) >= TASKS[task]["seeds"]  # noqa: E731
+        running = "" if complete("sesame") and complete("hf") else " (running)"
+        first = "running"
+        if final(task, "sesame") and final(task, "hf"):
+            gap, allowed = holds(final(task, "sesame"), final(task, "hf"))
+            first = f"{gap:+.2f} (≥ -{allowed:.2f}: {'yes' if gap >= -allowed else '**no**'}){running}"
+            if not running:
+                quality[task] = gap >= -allowed
+        speeds = []
+        for arm in SPEED_GOAL_ARMS:
+            pairs = [t for t in tta[arm] if t["task"] == task]
+            if pairs and held(task, arm) and all(t["cpu_ratio"] is not None for t in pairs):
+                speeds.append((statistics.fmean(t["cpu_ratio"] for t in pairs), arm))
+        settled = complete("hf") and all(complete(arm) for arm in SPEED_GOAL_ARMS)
+        second = f"{min(speeds)[0]:.2f}x ({min(speeds)[1]})" if speeds else "not reached with the metric held"
+        if speeds and min(speeds)[0] <= SPEED_GOAL_RATIO:
+            fast[task] = True
+        elif settled:
+            fast[task] = False
+        elif not speeds and not any(t["task"] == task for arm in tta for t in tta[arm]):
+            second = "running"
+        else:
+            second += " (running)"
+        third = "—"
+        if task in SWEEP_TASKS:
+            third = "running"
+            if final(task, "sesame_best") and final(task, "hf"):
+                gap = statistics.fmean(final(task, "sesame_best")) - statistics.fmean(final(task, "hf"))
+                done = complete("sesame_best") and complete("hf")
+                third = f"{gap:+.2f}" + ("" if done else " (running)")
+                if done:
+                    best[task] = gap
+        rows.append(f"| {TASKS[task]['label']} | {first} | {second} | {third} |")
+
+    def verdict(done: int, needed: int, met: bool | None) -> str:
+        return ("pending" if met is None else "**met**" if met else "**missed**") + f" ({done} of {needed} tasks settled)"
+
+    n = len(ORDER)
+    passed = sum(quality.values())
+    goal1 = False if passed < len(quality) else (True if len(quality) == n else None)
+    reached = sum(fast.values())
+    goal2 = True if reached >= SPEED_GOAL_TASKS else (False if reached + n - len(fast) < SPEED_GOAL_TASKS else None)
+    mean_best = statistics.fmean(best.values()) if best else None
+    goal3 = (mean_best >= BEST_GOAL_POINTS) if len(best) == len(SWEEP_TASKS) else None
+    failed = [TASKS[t]["label"] for t, ok in quality.items() if not ok]
+    return [
+        "Goals of issue 25, checked on these run records (points; the allowed shortfall is the Trainer's std, at "
+        "most 1 point; the speed column is the fastest of the `sesame` and `sesame_fast` arms whose dev metric "
+        f"holds by the same rule, every seed reaching the Trainer's final metric):", "",
+        "| task | sesame default − Trainer | CPU time to the Trainer's final metric | best recipe − Trainer |",
+        "|---|---|---|---|", *rows, "",
+        f"1. sesame default ≥ the Trainer within the allowed shortfall on every task: {verdict(len(quality), n, goal1)}"
+        + (f"; not on {', '.join(failed)}" if failed else "") + ".",
+        f"2. ≤ {SPEED_GOAL_RATIO}x the Trainer's CPU time on ≥ {SPEED_GOAL_TASKS} of {n} tasks: "
+        f"{verdict(len(fast), n, goal2)}; {reached} so far.",
+        f"3. best recipe ≥ {BEST_GOAL_POINTS:g} point over the Trainer, averaged over the {len(SWEEP_TASKS)} GLUE tasks: "
+        f"{verdict(len(best), len(SWEEP_TASKS), goal3)}"
+        + (f"; {mean_best:+.2f} over the finished ones" if mean_best is not None else "") + ".",
+    ]
 
 
 def write_report(args: argparse.Namespace, path: Path) -> Path:
@@ -1192,6 +1283,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
     tasks = list(dict.fromkeys(r["task"] for r in results))
     arms = list(dict.fromkeys(r["arm"] for r in results))
     if results:
+        lines += ["## Goals", "", *goal_lines(results), ""]
         lines += ["## Dev (and test) metrics, mean ± std over seeds", "",
                   "| task | metric | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
         for task in tasks:

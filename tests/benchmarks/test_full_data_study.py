@@ -180,3 +180,28 @@ def test_the_tracing_arm_initialises_the_trainers_task_layer_as_sesame_does(fds,
     assert torch.equal(model.bert.embeddings.word_embeddings.weight, encoder_before)
     spec = fds.arm_spec(fds.parse_args(["--out", "/tmp/x"]), "hf_torch_init", "stsb")
     assert spec["side"] == "hf" and spec["head_init"] == "torch" and spec["arm_overrides"] == []
+
+
+def test_the_goals_are_checked_on_the_records_and_wait_for_running_units(fds):
+    def arm(task, name, finals, cpu, metric="val_accuracy"):
+        return [fake_result(task, name, seed, f, cpu, metric) for seed, f in enumerate(finals, 1)]
+
+    records = arm("rte", "sesame", [[0.5, 0.60], [0.5, 0.62], [0.5, 0.61]], 100.0)
+    records += arm("rte", "hf", [[0.5, 0.61], [0.5, 0.62], [0.5, 0.63]], 120.0)
+    # every seed at 0.63 after its second validation of 30 CPU s; the Trainer ends at 0.61, 0.62, 0.63 in 240 s
+    records += arm("rte", "sesame_fast", [[0.62, 0.63]] * 3, 30.0)
+    records += arm("rte", "sesame_best", [[0.6, 0.64]] * 3, 100.0)
+    text = "\n".join(fds.goal_lines(records))
+    # sesame 61 against 62 ± 1: exactly the allowed shortfall; fast reaches 0.61 and 0.62 at 30 s, 0.63 at 60 s
+    assert "| RTE | -1.00 (≥ -1.00: yes) | 0.17x (sesame_fast) | +2.00 |" in text
+    assert "| CoLA | running | running | running |" in text
+    assert "1. sesame default ≥ the Trainer within the allowed shortfall on every task: pending (1 of 8" in text
+    assert "2. ≤ 0.7x the Trainer's CPU time on ≥ 5 of 8 tasks: pending (1 of 8 tasks settled); 1 so far." in text
+    assert "pending (1 of 5 tasks settled); +2.00 over the finished ones." in text
+    # A task where the default falls short misses goal 1 at once; a seed still running keeps its row open.
+    cola = arm("cola", "sesame", [[0.1, 0.20], [0.1, 0.22], [0.1, 0.24]], 50.0, "val_matthews_correlation")
+    cola += arm("cola", "hf", [[0.1, 0.30], [0.1, 0.30], [0.1, 0.31]], 50.0, "val_matthews_correlation")
+    cola += arm("cola", "sesame_fast", [[0.1, 0.25]], 10.0, "val_matthews_correlation")
+    text = "\n".join(fds.goal_lines(records + cola))
+    assert "| CoLA | -8.33 (≥ -0.58: **no**) | not reached with the metric held (running) | running |" in text
+    assert "on every task: **missed** (2 of 8 tasks settled); not on CoLA." in text
