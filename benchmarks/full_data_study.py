@@ -1145,7 +1145,7 @@ def readme_table(records: list[dict[str, Any]]) -> str:
                      f"{points(final(task, 'sesame_fast'))} | {best} | {reach(task, 'sesame')}; {reach(task, 'sesame_fast')} | "
                      f"{PUBLISHED[task]} |")
     return "\n".join([*lines, "", *[note + "  " for note in PUBLISHED_NOTES[:-1]], PUBLISHED_NOTES[-1], "",
-                      *goal_lines(records)])
+                      *goal_lines(records), "", *rebuild_lines(records)])
 
 
 #: Issue 25's goals. The speed goal counts the arms sesame ships on the preset's recipe (not the sweep's winner,
@@ -1236,6 +1236,27 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
         f"{verdict(len(best), len(SWEEP_TASKS), goal3)}"
         + (f"; {mean_best:+.2f} over the finished ones" if mean_best is not None else "") + ".",
     ]
+
+
+#: Overrides of the study's bookkeeping, not of the model: left out of the rebuild commands.
+BOOKKEEPING = ("trainer.enable_progress_bar=", "trainer.enable_model_summary=", "checkpoint.every_n_train_steps=", "resume=")
+
+
+def rebuild_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The command that rebuilds each task's best sesame model (the run of any sesame arm with the highest final
+    dev metric): the models stay out of git, their recipes do not."""
+    lines = ["The best sesame run per task (highest final dev metric of any sesame arm); its model is not in git, "
+             "this rebuilds it (`SESAME_DATA_DIR` pointing at the data, default `../shared/data`):", "", "```bash"]
+    for task in ORDER:
+        runs = [r for r in records if r["task"] == task and r["arm"].startswith("sesame")
+                and r["final"].get(r["main_metric"]) is not None]
+        if runs:
+            r = max(runs, key=lambda x: x["final"][x["main_metric"]])
+            overrides = [o for o in r["overrides"] if not o.startswith(BOOKKEEPING)]
+            metric = r["main_metric"].removeprefix("val_")
+            lines.append(f"sesame-train {' '.join(overrides)} hydra.run.dir=outputs/full/{task}   "
+                         f"# {r['arm']}, {metric} {100 * r['final'][r['main_metric']]:.2f}")
+    return [*lines, "```"]
 
 
 def write_report(args: argparse.Namespace, path: Path) -> Path:
