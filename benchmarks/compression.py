@@ -16,6 +16,8 @@ For each task (SST-2 and SQuAD v1.1, real data from $SESAME_DATA_DIR, default ..
   pruned            sesame-compress prune --heads H --ffn F (both),
   pruned_recovered  the same pruning followed by recovery training distilled from the fine-tuned run
                     (sesame-compress prune --rounds R --recover ...: R rounds of prune-then-recover),
+  pruned_int8_onnx  that pruned and recovered model exported to ONNX, run by onnxruntime int8 (every step
+                    but the layer drop: for tasks where the 3-layer student costs too much quality),
   pipeline          the distilled student, pruned and recovered (distilled from the fine-tuned run), exported
                     to ONNX and run by onnxruntime int8: every step at once.
 H, F and R are --heads (default 0.4), --ffn (0.5) and --prune-rounds (1). A recovery training is the
@@ -84,6 +86,7 @@ VARIANTS: dict[str, str] = {
     "ffn": "sesame-compress prune --ffn F: feed-forward neurons alone, no further training",
     "pruned": "sesame-compress prune --heads H --ffn F, no further training",
     "pruned_recovered": "the same pruning, then recovery training distilled from <finetuned> (--prune-rounds rounds)",
+    "pruned_int8_onnx": "pruned_recovered -> ONNX -> onnxruntime int8 (the pipeline without the layer drop)",
     "pipeline": "distilled student -> pruned + recovered (teacher <finetuned>) -> ONNX -> onnxruntime int8",
 }
 MODELS = tuple(VARIANTS)
@@ -118,10 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help="comma-separated variants to measure (finetuned always), from: " + ", ".join(MODELS))
     parser.add_argument("--heads", type=float, default=0.4,
-                        help="share of all attention heads pruning removes (heads, pruned, pruned_recovered, pipeline; "
+                        help="share of all attention heads pruning removes (heads, pruned, pruned_recovered, pruned_int8_onnx, pipeline; "
                         "default 0.4)")
     parser.add_argument("--ffn", type=float, default=0.5,
-                        help="share of all feed-forward neurons pruning removes (ffn, pruned, pruned_recovered, pipeline; "
+                        help="share of all feed-forward neurons pruning removes (ffn, pruned, pruned_recovered, pruned_int8_onnx, pipeline; "
                         "default 0.5)")
     parser.add_argument("--prune-batches", type=int, default=32, help="training batches pruning scores on (default 32)")
     parser.add_argument("--prune-rounds", type=int, default=1,
@@ -319,8 +322,12 @@ def build_models(args: argparse.Namespace, task: str) -> dict[str, Model]:
         models["ffn"] = Model(prune_once(args, finetuned, root / "ffn", 0.0, args.ffn))
     if "pruned" in wanted:
         models["pruned"] = Model(prune_once(args, finetuned, root / "pruned", args.heads, args.ffn))
-    if "pruned_recovered" in wanted:
-        models["pruned_recovered"] = Model(prune_and_recover(args, task, finetuned, root / "pruned_recovered", finetuned))
+    if wanted & {"pruned_recovered", "pruned_int8_onnx"}:
+        recovered = prune_and_recover(args, task, finetuned, root / "pruned_recovered", finetuned)
+        if "pruned_recovered" in wanted:
+            models["pruned_recovered"] = Model(recovered)
+        if "pruned_int8_onnx" in wanted:
+            models["pruned_int8_onnx"] = Model(recovered, export_int8_onnx(recovered, root / "pruned_onnx", args.fresh))
     if "pipeline" in wanted:
         # The distilled student, pruned and recovered (distilled from the fine-tuned model), as onnxruntime int8.
         pipeline = prune_and_recover(args, task, root / "distilled", root / "pipeline_pruned", finetuned)

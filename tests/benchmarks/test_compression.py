@@ -10,7 +10,9 @@ import pytest
 from tests.conftest import SST2_DEV, build_tiny_bert, prediction_accuracy, require
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "compression.py"
-VARIANTS = ["finetuned", "int8", "int8_onnx", "student", "distilled", "heads", "ffn", "pruned", "pruned_recovered", "pipeline"]
+VARIANTS = ["finetuned", "int8", "int8_onnx", "student", "distilled", "heads", "ffn", "pruned", "pruned_recovered",
+            "pruned_int8_onnx", "pipeline"]
+ONNX = {"int8_onnx", "pruned_int8_onnx", "pipeline"}
 
 
 def _bench(encoder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -45,13 +47,14 @@ def test_the_quick_benchmark_writes_every_model_with_ratios(bench):
     base = by_name["finetuned"]
     assert base["size_ratio"] == base["speedup_b1"] == base["speedup_b32"] == 1.0
     # every other of the tiny encoder's 4 layers for the student and what is made from it
-    assert [by_name[n]["layers"] for n in VARIANTS] == [4, 4, 4, 2, 2, 4, 4, 4, 4, 2]
-    assert {n for n, r in by_name.items() if r["runtime"] == "onnxruntime int8"} == {"int8_onnx", "pipeline"}
-    assert {n for n, r in by_name.items() if r["runtime"] == "torch"} == set(VARIANTS) - {"int8_onnx", "pipeline"}
+    assert [by_name[n]["layers"] for n in VARIANTS] == [4, 4, 4, 2, 2, 4, 4, 4, 4, 4, 2]
+    assert {n for n, r in by_name.items() if r["runtime"] == "onnxruntime int8"} == ONNX
+    assert {n for n, r in by_name.items() if r["runtime"] == "torch"} == set(VARIANTS) - ONNX
     size = {n: r["size_mb"] for n, r in by_name.items()}
     assert max(size[n] for n in VARIANTS[1:]) < size["finetuned"]
     assert size["pruned"] < min(size["heads"], size["ffn"]) and size["pruned_recovered"] == pytest.approx(size["pruned"], rel=1e-2)
     assert size["pipeline"] < size["int8_onnx"] and size["pipeline"] < size["distilled"]
+    assert size["pipeline"] < size["pruned_int8_onnx"] < size["int8_onnx"]
     for row in rows:
         # Each model's score is the accuracy of that model's own written predictions, and its eval metrics.
         evaluated = out / "sst2" / f"eval_{row['model']}"
@@ -81,7 +84,7 @@ def test_pruned_variants_prune_what_they_say_and_recover_from_the_fine_tuned_tea
     # 16 heads and 4 x 32 neurons; a quarter of the heads, half of the neurons.
     assert (by_name["heads"]["heads_kept"], by_name["heads"]["neurons_kept"]) == ("12/16", "128/128")
     assert (by_name["ffn"]["heads_kept"], by_name["ffn"]["neurons_kept"]) == ("16/16", "64/128")
-    for name in ("pruned", "pruned_recovered"):
+    for name in ("pruned", "pruned_recovered", "pruned_int8_onnx"):
         assert (by_name[name]["heads_kept"], by_name[name]["neurons_kept"]) == ("12/16", "64/128")
     assert (by_name["pipeline"]["heads_kept"], by_name["pipeline"]["neurons_kept"]) == ("6/8", "32/64")  # of the student
     teacher = str((out / "sst2" / "finetuned").resolve())
@@ -95,7 +98,8 @@ def test_pruned_variants_prune_what_they_say_and_recover_from_the_fine_tuned_tea
             cfg = (out / "sst2" / folder / "rounds" / str(k) / "recovered" / "config.yaml").read_text()
             assert f"teacher: {teacher}" in cfg and "max_eval_examples: 32" in cfg and "alpha: 0.5" in cfg
     # The pipeline runs the int8 graph of its pruned and recovered model; int8_onnx that of the fine-tuned one.
-    for name, folder, run in (("pipeline", "pipeline_onnx", "pipeline_pruned"), ("int8_onnx", "onnx", "finetuned")):
+    for name, folder, run in (("pipeline", "pipeline_onnx", "pipeline_pruned"), ("int8_onnx", "onnx", "finetuned"),
+                              ("pruned_int8_onnx", "pruned_onnx", "pruned_recovered")):
         assert by_name[name]["source"] == str(out / "sst2" / folder / "model.int8.onnx")
         export = json.loads((out / "sst2" / folder / "export.json").read_text())
         assert Path(export["checkpoint"]).resolve() == (out / "sst2" / run / "checkpoints" / "best.ckpt").resolve()
@@ -108,7 +112,7 @@ def test_onnx_variants_are_scored_on_their_graphs_outputs(bench):
     out, _, _ = bench
     by_name = {r["model"]: r for r in json.loads((out / "compression.json").read_text())["tasks"]["sst2"]}
     texts = [row.split("\t")[0] for row in SST2_DEV.read_text(encoding="utf-8").splitlines()[1:33]]
-    for name, folder in (("int8_onnx", "onnx"), ("pipeline", "pipeline_onnx")):
+    for name, folder in (("int8_onnx", "onnx"), ("pruned_int8_onnx", "pruned_onnx"), ("pipeline", "pipeline_onnx")):
         predictor = Predictor.from_runner(OnnxRunner.from_folder(out / "sst2" / folder, int8=True, threads=1))
         predicted = {o["id"]: o["label"] for o in predictor([{"id": i, "text": t} for i, t in enumerate(texts)])}
         written = [line.split("\t") for line in (out / "sst2" / f"eval_{name}" / "val_SST-2.tsv").read_text().splitlines()[1:]]
