@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -597,6 +598,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     threads = args.threads or torch.get_num_threads()
     results: dict[str, Any] = {"settings": {
+        "command": " ".join(["python benchmarks/compression.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
         "encoder": args.encoder, "keep": args.keep, "alpha": args.alpha, "temperature": args.temperature,
         "heads": args.heads, "ffn": args.ffn, "prune_batches": args.prune_batches, "prune_rounds": args.prune_rounds,
         "quick": args.quick, "threads": threads, "rounds": args.rounds, "variants": args.variants,

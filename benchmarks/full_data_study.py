@@ -1225,7 +1225,7 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     return [
         "Goals of issue 25, checked on these run records (points; the allowed shortfall is the Trainer's std, at "
         "most 1 point; the speed column is the fastest of the `sesame` and `sesame_fast` arms whose dev metric "
-        f"holds by the same rule, every seed reaching the Trainer's final metric):", "",
+        "holds by the same rule, every seed reaching the Trainer's final metric):", "",
         "| task | sesame default − Trainer | CPU time to the Trainer's final metric | best recipe − Trainer |",
         "|---|---|---|---|", *rows, "",
         f"1. sesame default ≥ the Trainer within the allowed shortfall on every task: {verdict(len(quality), n, goal1)}"

@@ -1,0 +1,151 @@
+"""Publishes finished runs of benchmarks/compression.py: each task's rows, settings and Pareto plot into
+docs/results/compression/, the full tables into docs/results/compression.md, and the README's
+compression table (with issue 27's goals checked on it) between its markers.
+
+    python benchmarks/compression_report.py /work/compress/out /work/compress/out_squad   # publish both runs
+    python benchmarks/compression_report.py --check      # does the README hold what the published files render?
+
+Each OUT is a ``--out`` folder of benchmarks/compression.py holding ``compression.json``; a task found in
+several is taken from the last one given. Publishing never trains or times anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = REPO / "docs" / "results" / "compression"  # <task>.json (settings and rows), pareto_<task>.png
+REPORT = REPO / "docs" / "results" / "compression.md"
+README = REPO / "README.md"
+README_BEGIN, README_END = "<!-- compression:begin -->", "<!-- compression:end -->"
+LABELS = {"sst2": "SST-2", "squad_v1": "SQuAD v1.1"}
+#: Points per unit of each task's main metric (SST-2 accuracy is a fraction, SQuAD F1 is in points).
+POINTS = {"sst2": 100.0, "squad_v1": 1.0}
+#: Issue 27's goals: task -> (speed-up over the fine-tuned fp32 model at batch 1, largest metric loss in points).
+GOALS = {"sst2": (8.0, 1.5), "squad_v1": (4.0, 3.0)}
+
+
+def published(folder: Path | None = None) -> dict[str, dict[str, Any]]:
+    """task -> {"settings": ..., "rows": ...} of the runs published in ``folder`` (RESULTS), in the order of LABELS."""
+    folder = folder or RESULTS
+    found = {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")} if folder.is_dir() else {}
+    return {task: found[task] for task in LABELS if task in found}
+
+
+def goal_line(task: str, rows: list[dict[str, Any]]) -> str:
+    """Whether some variant is at least the goal's speed-up at batch 1 within the goal's metric loss, with the
+    numbers: the fastest variant within the loss, and the fastest of all where that one misses."""
+    speed, loss = GOALS[task]
+    points = POINTS[task]
+    kept = [r for r in rows[1:] if r["score_delta"] is not None and r["score_delta"] * points >= -loss]
+    fastest = max(rows[1:], key=lambda r: r["speedup_b1"])
+    best = max(kept, key=lambda r: r["speedup_b1"]) if kept else None
+    head = f"Goal: ≥ {speed:g}x at batch 1 within {loss:g} points of the fine-tuned model: "
+    if best is not None and best["speedup_b1"] >= speed:
+        return head + (f"**met** by `{best['model']}` ({best['speedup_b1']:.2f}x, "
+                       f"{best['score_delta'] * points:+.2f} points).")
+    within = (f"the fastest variant within {loss:g} points is `{best['model']}` at {best['speedup_b1']:.2f}x "
+              f"({best['score_delta'] * points:+.2f})" if best else f"no variant stays within {loss:g} points")
+    return head + (f"**missed**: {within}; the fastest of all, `{fastest['model']}`, is {fastest['speedup_b1']:.2f}x at "
+                   f"{fastest['score_delta'] * points:+.2f} points.")
+
+
+def readme_section(runs: dict[str, dict[str, Any]]) -> str:
+    """The README's compression results: per task, every variant's size, speed and metric, the Pareto front and
+    the goal, rendered from the published runs."""
+    lines = []
+    for task, run in runs.items():
+        rows, points = run["rows"], POINTS[task]
+        metric = rows[0]["metric"].removeprefix("val_")
+        lines += [f"**{LABELS[task]}** (dev {metric}; teacher `{rows[0]['source']}`; plot: "
+                  f"[`pareto_{task}.png`](docs/results/compression/pareto_{task}.png)):", "",
+                  f"| variant | layers | size × | speed × b1 | speed × b32 | {metric} | Δ points | Pareto front |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            delta = "" if r["model"] == "finetuned" or r["score_delta"] is None else f"{r['score_delta'] * points:+.2f}"
+            score = "n/a" if r["score"] is None else f"{r['score'] * points:.2f}"
+            lines.append(f"| {r['model']} | {r['layers']} | {r['size_ratio']:.2f} | {r['speedup_b1']:.2f} | "
+                         f"{r['speedup_b32']:.2f} | {score} | {delta} | {'yes' if r['pareto'] else ''} |")
+        lines += ["", goal_line(task, rows), "", f"Reproduce: `{run['settings'].get('command', '(command not recorded)')}`", ""]
+    missing = [LABELS[t] for t in LABELS if t not in runs]
+    if missing:
+        lines += [f"Not published yet: {', '.join(missing)}.", ""]
+    return "\n".join(lines).rstrip("\n")
+
+
+def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
+    """docs/results/compression.md: per task the full table (latencies, throughputs), the Pareto table, the
+    plot and the settings it was measured with."""
+    from compression import MODELS, markdown_table, pareto_table, variants_legend
+
+    names = [n for n in MODELS if any(r["model"] == n for run in runs.values() for r in run["rows"])]
+    parts = ["# Compression: pruning, distillation and int8 against the fine-tuned model (SST-2, SQuAD v1.1)", "",
+             "Published by `python benchmarks/compression_report.py` from runs of `benchmarks/compression.py`; "
+             "speed × = the fine-tuned fp32 model's median latency / the variant's, timed in one interleaved run per "
+             "task; size = the saved state dict (torch) or the int8 ONNX file (onnxruntime).", "",
+             variants_legend(names)]
+    for task, run in runs.items():
+        s = run["settings"]
+        sizes = [int(k.removeprefix("latency_ms_b")) for k in run["rows"][0] if k.startswith("latency_ms_b")]
+        parts += ["", f"## {LABELS[task]}", "",
+                  f"Command: `{s.get('command', '(not recorded)')}`", "",
+                  f"torch {s['torch']} (quantised engine `{s['quantized_engine']}`), {s['threads']} thread(s) for "
+                  f"torch and onnxruntime, {s['rounds']} interleaved rounds; pruning --heads {s['heads']} --ffn "
+                  f"{s['ffn']} in {s['prune_rounds']} round(s); student --keep {s['keep']}, distillation alpha "
+                  f"{s['alpha']}, temperature {s['temperature']}.", "",
+                  goal_line(task, run["rows"]), "",
+                  markdown_table(task, run["rows"], sizes), "", pareto_table(task, run["rows"], sizes), "",
+                  f"![{task}: dev metric against speed-up](compression/pareto_{task}.png)"]
+    return "\n".join(parts) + "\n"
+
+
+def publish(outs: list[Path]) -> dict[str, dict[str, Any]]:
+    """Copy each task of the ``outs`` (settings, rows, plot) into RESULTS; the runs now published."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for out in outs:
+        path = out / "compression.json"
+        if not path.is_file():
+            sys.exit(f"error: {path} does not exist. Fix: give a --out folder of a finished benchmarks/compression.py run")
+        results = json.loads(path.read_text())
+        if results["settings"].get("quick"):
+            sys.exit(f"error: {path} is a --quick run (shipped slices, a few steps): its numbers mean nothing. "
+                     "Fix: publish a real run")
+        for task, rows in results["tasks"].items():
+            (RESULTS / f"{task}.json").write_text(json.dumps({"settings": results["settings"], "rows": rows}, indent=2) + "\n")
+            figure = out / f"pareto_{task}.png"
+            if figure.is_file():
+                shutil.copyfile(figure, RESULTS / figure.name)
+            print(f"published {task} from {path}")
+    return published()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from readme_section import section_in, with_section
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("outs", nargs="*", type=Path, help="--out folders of benchmarks/compression.py runs to publish")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the README's section differs from the published runs")
+    args = parser.parse_args(argv)
+    runs = publish(args.outs) if args.outs else published()
+    if not runs:
+        sys.exit(f"error: nothing published in {RESULTS}. Fix: give the --out folders of finished runs")
+    section, readme = readme_section(runs), README.read_text(encoding="utf-8")
+    if args.check:
+        same = section_in(readme, README_BEGIN, README_END) == section
+        print("README compression section is up to date" if same else "README compression section differs: rerun without --check")
+        sys.exit(0 if same else 1)
+    REPORT.write_text(report_markdown(runs), encoding="utf-8")
+    README.write_text(with_section(readme, README_BEGIN, README_END, section, "Compression results"), encoding="utf-8")
+    print(f"wrote {REPORT} and the README's compression section")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    main()
