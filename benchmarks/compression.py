@@ -409,6 +409,52 @@ def time_models(modules: dict[str, Any], batches: list[dict], rounds: int) -> di
     return seconds
 
 
+def op_shares(durations: dict[str, float], top: int = 8) -> list[dict[str, Any]]:
+    """The ``top`` operator kinds by time, as shares of the total, and the rest as ``other``."""
+    total = sum(durations.values()) or 1.0
+    ranked = sorted(durations.items(), key=lambda kv: -kv[1])
+    shares = [{"op": op, "share": d / total} for op, d in ranked[:top]]
+    rest = sum(d for _, d in ranked[top:])
+    return shares + ([{"op": "other", "share": rest / total}] if rest else [])
+
+
+def profile_torch(module: Any, batches: list[dict]) -> list[dict[str, Any]]:
+    """Where a torch model's time goes on ``batches``: torch.profiler's self CPU time per aten operator."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for batch in batches:
+            module(batch)
+    return op_shares({e.key: e.self_cpu_time_total for e in prof.key_averages() if e.self_cpu_time_total > 0})
+
+
+def profile_onnx(folder: Path, batches: list[dict], threads: int) -> list[dict[str, Any]]:
+    """Where an int8 graph's time goes on ``batches``: onnxruntime's own profile, node time per operator kind."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from sesame.tasks.inference.onnx_session import INT8_FILE, session_feed
+
+    with tempfile.TemporaryDirectory() as scratch:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(scratch) / "profile")
+        session = ort.InferenceSession(str(folder / INT8_FILE), sess_options=options, providers=["CPUExecutionProvider"])
+        for batch in batches:
+            session.run(None, session_feed(session, batch))
+        events = json.loads(Path(session.end_profiling()).read_text())
+    durations: dict[str, float] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            op = event["args"]["op_name"]
+            durations[op] = durations.get(op, 0.0) + event["dur"]
+    return op_shares(durations)
+
+
 def onnx_bytes(folder: Path) -> int:
     """Bytes of the int8 graph (with its external data, if any)."""
     return sum(p.stat().st_size for p in folder.iterdir() if p.name.startswith("model.int8.onnx"))
@@ -457,6 +503,11 @@ def measure_task(args: argparse.Namespace, task: str, models: dict[str, Model]) 
             for name, secs in time_models(callables, batches, args.rounds).items():
                 rows[name][f"latency_ms_b{batch_size}"] = 1000 * statistics.median(secs)
                 rows[name][f"throughput_b{batch_size}"] = batch_size / statistics.median(secs)
+            if batch_size == args.batch_sizes[0]:  # where the time goes, at the batch size of the Pareto front
+                for name, model in models.items():
+                    rows[name][f"profile_b{batch_size}"] = (
+                        profile_onnx(model.onnx, batches, torch.get_num_threads()) if model.onnx
+                        else profile_torch(callables[name], batches))
     finally:
         torch.set_num_threads(threads)
     base = rows["finetuned"]
@@ -531,6 +582,20 @@ def pareto_table(task: str, rows: list[dict[str, Any]], batch_sizes: list[int]) 
         score = "n/a" if r["score"] is None else f"{r['score']:.4f}"
         lines.append(f"| {r['model']} | {r[f'speedup_b{b}']:.2f} | {score} | {'yes' if r['pareto'] else ''} | "
                      f"{', '.join(beaten)} |")
+    return "\n".join(lines)
+
+
+def profile_table(task: str, rows: list[dict[str, Any]], batch_size: int) -> str:
+    """Where each variant's time goes at ``batch_size``: its operator kinds by share of the profiled operator time
+    (torch.profiler's self CPU time for torch variants, onnxruntime's node time for int8 graphs)."""
+    key = f"profile_b{batch_size}"
+    if not any(key in r for r in rows):
+        return f"(no profile of {task} at batch {batch_size})"
+    lines = [f"Where the time goes in {task} at batch {batch_size} (share of the profiled operator time):", "",
+             "| model | operators |", "|---|---|"]
+    for r in rows:
+        if key in r:
+            lines.append(f"| {r['model']} | " + ", ".join(f"{p['op']} {100 * p['share']:.0f}%" for p in r[key]) + " |")
     return "\n".join(lines)
 
 
@@ -621,7 +686,7 @@ def main(argv: list[str] | None = None) -> None:
                    f"its dev {rows[0]['metric']} (y); squares run in onnxruntime int8, circles in torch; red points "
                    "joined by the dashed line are the Pareto front (no other variant is as fast and as accurate and "
                    "better in one).*" if figure else "(matplotlib is not installed: no Pareto plot.)")
-        sections.append("\n\n".join([table, front, caption]))
+        sections.append("\n\n".join([table, front, caption, profile_table(task, rows, args.batch_sizes[0])]))
         print("\n" + table + "\n\n" + front + "\n", flush=True)
         for r in rows[1:]:
             speed = ", ".join(f"batch {b}: {r[f'speedup_b{b}']:.2f}x" for b in args.batch_sizes)

@@ -82,7 +82,7 @@ def readme_section(runs: dict[str, dict[str, Any]]) -> str:
 def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
     """docs/results/compression.md: per task the full table (latencies, throughputs), the Pareto table, the
     plot and the settings it was measured with."""
-    from compression import MODELS, markdown_table, pareto_table, variants_legend
+    from compression import MODELS, markdown_table, pareto_table, profile_table, variants_legend
 
     names = [n for n in MODELS if any(r["model"] == n for run in runs.values() for r in run["rows"])]
     parts = ["# Compression: pruning, distillation and int8 against the fine-tuned model (SST-2, SQuAD v1.1)", "",
@@ -101,7 +101,8 @@ def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
                   f"{s['alpha']}, temperature {s['temperature']}.", "",
                   goal_line(task, run["rows"]), "",
                   markdown_table(task, run["rows"], sizes), "", pareto_table(task, run["rows"], sizes), "",
-                  f"![{task}: dev metric against speed-up](compression/pareto_{task}.png)"]
+                  f"![{task}: dev metric against speed-up](compression/pareto_{task}.png)", "",
+                  profile_table(task, run["rows"], sizes[0])]
     return "\n".join(parts) + "\n"
 
 

@@ -73,6 +73,16 @@ def test_the_quick_benchmark_writes_every_model_with_ratios(bench):
     for name in VARIANTS:
         assert f"| {name} |" in table and f"| `{name}` |" in table  # its row, and what it is
     assert "val_accuracy" in table
+    # Where the time goes at batch 1: aten operators for torch variants, graph operators for int8 graphs.
+    for r in rows:
+        shares = r["profile_b1"]
+        assert sum(p["share"] for p in shares) == pytest.approx(1.0) and all(p["share"] > 0 for p in shares)
+        ops = {p["op"] for p in shares}
+        if r["model"] in ONNX:  # onnxruntime's int8 matmul kernels (fused at load: MatMulIntegerToFloat, ...)
+            assert any("MatMul" in op for op in ops) and not any("::" in op for op in ops)
+        else:
+            assert all(op.startswith(("aten::", "quantized::")) for op in ops - {"other"})
+    assert "Where the time goes in sst2 at batch 1" in table and "| pipeline | " in table
     # The distilled student's run trained against the fine-tuned teacher.
     assert "teacher:" in (out / "sst2" / "distilled" / "config.yaml").read_text()
     assert str((out / "sst2" / "finetuned").resolve()) in (out / "sst2" / "distilled" / "config.yaml").read_text()
