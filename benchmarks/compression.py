@@ -600,13 +600,14 @@ def profile_table(task: str, rows: list[dict[str, Any]], batch_size: int) -> str
 
 
 def plot_pareto(task: str, rows: list[dict[str, Any]], batch_size: int, threads: int, quick: bool,
-                path: Path) -> Path | None:
+                path: Path, goal: tuple[float, float] | None = None) -> Path | None:
     """Speed-up at ``batch_size`` (x) against the dev metric (y), one labelled point per variant, the front
-    joined; None without matplotlib."""
+    joined, and ``goal`` (least speed-up, least metric) shaded where given; None without matplotlib."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
+        import matplotlib.patches
         import matplotlib.pyplot as plt
         import matplotlib.ticker
     except ImportError:
@@ -627,6 +628,10 @@ def plot_pareto(task: str, rows: list[dict[str, Any]], batch_size: int, threads:
     ax.plot([r[speed] for r in front], [r["score"] for r in front], color="tab:red", linestyle="--", linewidth=1,
             zorder=2, label="Pareto front")
     ax.axvline(1.0, color="black", linewidth=0.5, alpha=0.5)
+    if goal is not None:  # the region a variant must reach: at least this fast and this good
+        right = max(goal[0], *(r[speed] for r in points)) * 1.5
+        top = max(goal[1], *(r["score"] for r in points)) * 1.01
+        ax.fill_between([goal[0], right], goal[1], top, color="tab:green", alpha=0.12, zorder=1)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.margins(y=0.2)
@@ -640,6 +645,8 @@ def plot_pareto(task: str, rows: list[dict[str, Any]], batch_size: int, threads:
         plt.Line2D([], [], marker="o", color="tab:grey", linestyle="", label="torch"),
         plt.Line2D([], [], marker="s", color="tab:grey", linestyle="", label="onnxruntime int8"),
         plt.Line2D([], [], marker="o", color="tab:red", markeredgecolor="black", linestyle="--", label="Pareto front"),
+        *([matplotlib.patches.Patch(color="tab:green", alpha=0.12, label=f"goal: ≥ {goal[0]:g}x, ≥ {goal[1]:.4g}")]
+          if goal is not None else []),
     ], fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

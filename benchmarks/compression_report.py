@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,6 +105,16 @@ def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def plot(task: str, settings: dict[str, Any], rows: list[dict[str, Any]]) -> Path | None:
+    """The task's Pareto plot at batch 1, redrawn from its rows, with the goal's region shaded."""
+    from compression import plot_pareto
+
+    speed, loss = GOALS[task]
+    base = rows[0]["score"]
+    goal = (speed, base - loss / POINTS[task]) if base is not None else None
+    return plot_pareto(task, rows, 1, settings["threads"], bool(settings.get("quick")), RESULTS / f"pareto_{task}.png", goal)
+
+
 def publish(outs: list[Path]) -> dict[str, dict[str, Any]]:
     """Copy each task of the ``outs`` (settings, rows, plot) into RESULTS; the runs now published."""
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -119,9 +128,7 @@ def publish(outs: list[Path]) -> dict[str, dict[str, Any]]:
                      "Fix: publish a real run")
         for task, rows in results["tasks"].items():
             (RESULTS / f"{task}.json").write_text(json.dumps({"settings": results["settings"], "rows": rows}, indent=2) + "\n")
-            figure = out / f"pareto_{task}.png"
-            if figure.is_file():
-                shutil.copyfile(figure, RESULTS / figure.name)
+            plot(task, results["settings"], rows)
             print(f"published {task} from {path}")
     return published()
 

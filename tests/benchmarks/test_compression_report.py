@@ -78,3 +78,17 @@ def test_the_report_has_each_tasks_command_settings_tables_and_plot(report):
     assert "## SST-2" in text and "Command: `python benchmarks/compression.py --tasks sst2`" in text
     assert "| `pipeline` |" in text and "![sst2: dev metric against speed-up](compression/pareto_sst2.png)" in text
     assert "Pareto front of sst2" in text and "**met** by `pipeline`" in text
+
+
+def test_publishing_writes_each_tasks_rows_and_redraws_its_plot_with_the_goal(report, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "published")
+    rows = [row("finetuned", 0.9, 0.0, 1.0, pareto=True), row("pipeline", 0.89, -0.01, 9.0, 4.5, True, 3)]
+    for r in rows:
+        r["runtime"] = "torch"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "compression.json").write_text(json.dumps({"settings": {"threads": 1, "quick": False}, "tasks": {"sst2": rows}}))
+    runs = report.publish([out])
+    assert runs["sst2"]["rows"] == rows and (tmp_path / "published" / "pareto_sst2.png").stat().st_size > 0
+    assert not (out / "pareto_sst2.png").exists()  # drawn from the rows, not copied
