@@ -433,17 +433,10 @@ def profile_onnx(folder: Path, batches: list[dict], threads: int) -> list[dict[s
     """Where an int8 graph's time goes on ``batches``: onnxruntime's own profile, node time per operator kind."""
     import tempfile
 
-    import onnxruntime as ort
-
-    from sesame.tasks.inference.onnx_session import INT8_FILE, session_feed
+    from sesame.tasks.inference.onnx_session import INT8_FILE, new_session, session_feed
 
     with tempfile.TemporaryDirectory() as scratch:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.log_severity_level = 3
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(scratch) / "profile")
-        session = ort.InferenceSession(str(folder / INT8_FILE), sess_options=options, providers=["CPUExecutionProvider"])
+        session = new_session(folder / INT8_FILE, threads=threads, profile_prefix=Path(scratch) / "profile")
         for batch in batches:
             session.run(None, session_feed(session, batch))
         events = json.loads(Path(session.end_profiling()).read_text())

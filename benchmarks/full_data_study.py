@@ -1116,13 +1116,18 @@ def points(values: list[float | None]) -> str:
     return f"{statistics.fmean(values):.2f}{spread} ({len(values)})"
 
 
+def final_metrics(records: list[dict[str, Any]], task: str, arm: str) -> list[float]:
+    """The final dev main metric of every finished seed of ``task`` / ``arm`` (as the records hold it)."""
+    return [r["final"][r["main_metric"]] for r in records
+            if r["task"] == task and r["arm"] == arm and r["final"].get(r["main_metric"]) is not None]
+
+
 def readme_table(records: list[dict[str, Any]]) -> str:
     """The README's summary of the study, rendered from the run records (``--readme`` writes it)."""
-    by = lambda task, arm: [r for r in records if r["task"] == task and r["arm"] == arm]  # noqa: E731
     tta = {arm: time_to_accuracy(records, arm) for arm in ("sesame", "sesame_fast", "sesame_best")}
 
-    def final(task: str, arm: str) -> list[float | None]:
-        return [r["final"].get(r["main_metric"]) for r in by(task, arm)]
+    def final(task: str, arm: str) -> list[float]:
+        return final_metrics(records, task, arm)
 
     def reach(task: str, arm: str) -> str:
         rows = [t for t in tta[arm] if t["task"] == task]
@@ -1164,9 +1169,8 @@ def holds(mine: list[float], ref: list[float]) -> tuple[float, float]:
 def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     """Issue 25's three goals checked on the run records, with the numbers: a table per task and one verdict
     per goal (met, missed, or pending while units it needs are running)."""
-    def final(task: str, arm: str) -> list[float]:
-        return [100 * r["final"][r["main_metric"]] for r in records
-                if r["task"] == task and r["arm"] == arm and r["final"].get(r["main_metric"]) is not None]
+    def final(task: str, arm: str) -> list[float]:  # in points
+        return [100 * v for v in final_metrics(records, task, arm)]
 
     def held(task: str, arm: str) -> bool:
         if not final(task, arm) or not final(task, "hf"):

@@ -24,14 +24,19 @@ INT8_FILE = "model.int8.onnx"
 CONFIG_FILE = "sesame_config.yaml"
 
 
-def new_session(path: str | Path, threads: int | None = None, providers: Sequence[str] | None = None) -> Any:
-    """An onnxruntime session (``threads``: intra-op threads; None lets onnxruntime choose)."""
+def new_session(path: str | Path, threads: int | None = None, providers: Sequence[str] | None = None,
+                profile_prefix: str | Path | None = None) -> Any:
+    """An onnxruntime session (``threads``: intra-op threads; None lets onnxruntime choose). With
+    ``profile_prefix`` it records onnxruntime's own profile, written by ``session.end_profiling()``."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = int(threads)
     options.log_severity_level = 3
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_prefix)
     return ort.InferenceSession(str(path), sess_options=options, providers=list(providers or ["CPUExecutionProvider"]))
 
 

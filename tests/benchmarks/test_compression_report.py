@@ -56,7 +56,7 @@ def test_the_readme_holds_what_the_published_runs_render(report):
     assert section == report.readme_section(report.published()), "run: python benchmarks/compression_report.py"
 
 
-def test_a_quick_or_missing_run_is_not_published(report, tmp_path, monkeypatch, capsys):
+def test_a_quick_or_missing_run_is_not_published(report, tmp_path, monkeypatch):
     monkeypatch.setattr(report, "RESULTS", tmp_path / "published")
     with pytest.raises(SystemExit, match="does not exist"):
         report.publish([tmp_path / "nowhere"])
