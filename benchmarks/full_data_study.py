@@ -995,8 +995,9 @@ def reach(history: list[dict[str, Any]], metric: str, target: float, key: str) -
 
 
 def time_to_accuracy(results: list[dict[str, Any]], arm: str = "sesame", ref: str = "hf") -> list[dict[str, Any]]:
-    """Per task and seed where both arms finished: sesame's training CPU (and wall) seconds to reach the
-    Trainer's final dev metric, over the Trainer's CPU (wall) seconds for its whole run."""
+    """Per task and seed where both arms finished: sesame's training CPU (and wall) seconds to reach the final
+    dev metric of the Trainer's run with the same seed, over that run's CPU (wall) seconds (the report's paired
+    detail; the goals use ``mean_time_to_accuracy``)."""
     by = {(r["task"], r["arm"], r["seed"]): r for r in results}
     rows = []
     for (task, a, seed), r in sorted(by.items()):
@@ -1013,6 +1014,38 @@ def time_to_accuracy(results: list[dict[str, Any]], arm: str = "sesame", ref: st
                      "wall_ratio": wall / h["train_wall_s"] if wall is not None else None,
                      "total_cpu_ratio": r["train_cpu_s"] / h["train_cpu_s"],
                      "same_batches": r.get("fingerprints") == h.get("fingerprints")})
+    return rows
+
+
+def mean_time_to_accuracy(results: list[dict[str, Any]], arm: str, ref: str = "hf") -> list[dict[str, Any]]:
+    """The rule the speed goal and the README use, per task where both arms have finished seeds: the arm's dev
+    curve averaged over its seeds (metric and training seconds at each validation; seeds share the schedule, the
+    shortest history bounds it) against the mean of the Trainer's final dev metrics, the figure the table shows.
+    Ratio: the arm's mean CPU (wall) seconds at the first validation where its mean curve reaches that target, over
+    the Trainer's mean CPU (wall) seconds for its whole run. Means against means: no single lucky seed of either arm
+    decides, and arms whose batches differ from the Trainer's (``sesame_fast``) are measured as the others are."""
+    rows = []
+    for task in dict.fromkeys(r["task"] for r in results):
+        mine = [r for r in results if r["task"] == task and r["arm"] == arm and r["history"]]
+        theirs = [r for r in results if r["task"] == task and r["arm"] == ref]
+        metric = (mine or theirs or [{}])[0].get("main_metric")
+        targets = [r["final"][metric] for r in theirs if r["final"].get(metric) is not None]
+        if not mine or not targets:
+            continue
+        target = statistics.fmean(targets)
+        length = min(len(r["history"]) for r in mine)
+        curve = [{key: statistics.fmean(r["history"][i][key] for r in mine) for key in ("train_cpu_s", "train_wall_s")}
+                 | {"metric": statistics.fmean(r["history"][i]["metrics"].get(metric, float("-inf")) for r in mine)}
+                 for i in range(length)]
+        hit = next((point for point in curve if point["metric"] >= target), None)
+        ref_cpu = statistics.fmean(r["train_cpu_s"] for r in theirs)
+        ref_wall = statistics.fmean(r["train_wall_s"] for r in theirs)
+        rows.append({"task": task, "arm": arm, "metric": metric, "seeds": len(mine), "ref_seeds": len(theirs),
+                     "target": target, "arm_final": curve[-1]["metric"],
+                     "arm_cpu_to_target": hit["train_cpu_s"] if hit else None, "ref_cpu": ref_cpu,
+                     "cpu_ratio": hit["train_cpu_s"] / ref_cpu if hit else None,
+                     "wall_ratio": hit["train_wall_s"] / ref_wall if hit else None,
+                     "total_cpu_ratio": statistics.fmean(r["train_cpu_s"] for r in mine) / ref_cpu})
     return rows
 
 
@@ -1124,18 +1157,16 @@ def final_metrics(records: list[dict[str, Any]], task: str, arm: str) -> list[fl
 
 def readme_table(records: list[dict[str, Any]]) -> str:
     """The README's summary of the study, rendered from the run records (``--readme`` writes it)."""
-    tta = {arm: time_to_accuracy(records, arm) for arm in ("sesame", "sesame_fast", "sesame_best")}
+    tta = {arm: mean_time_to_accuracy(records, arm) for arm in ("sesame", "sesame_fast")}
 
     def final(task: str, arm: str) -> list[float]:
         return final_metrics(records, task, arm)
 
     def reach(task: str, arm: str) -> str:
-        rows = [t for t in tta[arm] if t["task"] == task]
-        if not rows:
+        row = next((t for t in tta[arm] if t["task"] == task), None)
+        if row is None:
             return "running"
-        got = [t["cpu_ratio"] for t in rows if t["cpu_ratio"] is not None]
-        mean = f"{statistics.fmean(got):.2f}x" if got else "never"
-        return mean if len(got) == len(rows) else f"{mean} ({len(got)}/{len(rows)} reached)"
+        return "not reached" if row["cpu_ratio"] is None else f"{row['cpu_ratio']:.2f}x"
 
     lines = [
         "| task | dev metric | sesame default | Trainer | sesame fast | sesame best recipe | CPU time to the Trainer's "
@@ -1178,7 +1209,7 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
         gap, allowed = holds(final(task, arm), final(task, "hf"))
         return gap >= -allowed
 
-    tta = {arm: time_to_accuracy(records, arm) for arm in SPEED_GOAL_ARMS}
+    tta = {arm: mean_time_to_accuracy(records, arm) for arm in SPEED_GOAL_ARMS}
     rows, quality, fast, best = [], {}, {}, {}
     for task in ORDER:
         complete = lambda arm: len(final(task, arm)) >= TASKS[task]["seeds"]  # noqa: E731
@@ -1191,9 +1222,9 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
                 quality[task] = gap >= -allowed
         speeds = []
         for arm in SPEED_GOAL_ARMS:
-            pairs = [t for t in tta[arm] if t["task"] == task]
-            if pairs and held(task, arm) and all(t["cpu_ratio"] is not None for t in pairs):
-                speeds.append((statistics.fmean(t["cpu_ratio"] for t in pairs), arm))
+            row = next((t for t in tta[arm] if t["task"] == task), None)
+            if row and held(task, arm) and row["cpu_ratio"] is not None:
+                speeds.append((row["cpu_ratio"], arm))
         settled = complete("hf") and all(complete(arm) for arm in SPEED_GOAL_ARMS)
         second = f"{min(speeds)[0]:.2f}x ({min(speeds)[1]})" if speeds else "not reached with the metric held"
         if speeds and min(speeds)[0] <= SPEED_GOAL_RATIO:
@@ -1229,7 +1260,8 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     return [
         "Goals of issue 25, checked on these run records (points; the allowed shortfall is the Trainer's std, at "
         "most 1 point; the speed column is the fastest of the `sesame` and `sesame_fast` arms whose dev metric "
-        "holds by the same rule, every seed reaching the Trainer's final metric):", "",
+        "holds by the same rule, timed where its dev curve averaged over its seeds first reaches the mean of the "
+        "Trainer's final metrics, over the Trainer's mean CPU time):", "",
         "| task | sesame default − Trainer | CPU time to the Trainer's final metric | best recipe − Trainer |",
         "|---|---|---|---|", *rows, "",
         f"1. sesame default ≥ the Trainer within the allowed shortfall on every task: {verdict(len(quality), n, goal1)}"
@@ -1325,32 +1357,41 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                 cells = [mean_std([r["best"].get("test_f1") for r in rows if r["arm"] == a]) for a in arms]
                 lines.append(f"| {task} | test f1 (best dev epoch) | " + " | ".join(cells) + " |")
         lines.append("")
-        tta = [t for a in arms if ARMS.get(a, {}).get("side") == "sesame" for t in time_to_accuracy(results, a)]
-        if tta:
+        sesame_arms = [a for a in arms if ARMS.get(a, {}).get("side") == "sesame"]
+        means = [t for a in sesame_arms for t in mean_time_to_accuracy(results, a)]
+        if means:
             lines += ["## Time to accuracy", "",
-                      ("A sesame arm's training CPU time until its first validation at or above the Trainer's final dev "
-                       "metric (same seed), over the Trainer's training CPU time; below 1: sesame got there sooner. "
-                       "Resolution is one validation (per epoch; per half epoch in `sesame_fast`). `total` = the arm's "
-                       "whole run over the Trainer's. Same batches: the per-epoch fingerprints of every training batch "
-                       "(examples, real tokens, sum of token ids) agree with the Trainer arm's (`sesame_fast` groups "
-                       "batches by length, so its batches differ by design)."), "",
+                      ("The rule the goals use: a sesame arm's dev curve averaged over its finished seeds (metric and "
+                       "training CPU time at each validation) against the mean of the Trainer's final dev metrics; the "
+                       "arm's mean CPU time at the first validation where its mean curve reaches that target, over the "
+                       "Trainer's mean training CPU time. Below 1: sesame got there sooner. Resolution is one validation "
+                       "(per epoch; per half epoch in `sesame_fast`). `total` = the arm's whole run over the Trainer's."), "",
+                      "| task | arm | seeds (Trainer) | metric | Trainer mean final | arm mean final | arm CPU to reach (min) | "
+                      "Trainer CPU (min) | ratio CPU | ratio wall | total CPU ratio |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+            for t in means:
+                lines.append(
+                    f"| {t['task']} | {t['arm']} | {t['seeds']} ({t['ref_seeds']}) | {t['metric'][4:]} | {fmt(t['target'])} | "
+                    f"{fmt(t['arm_final'])} | {fmt(t['arm_cpu_to_target'] / 60 if t['arm_cpu_to_target'] is not None else None, '.1f')} | "
+                    f"{t['ref_cpu'] / 60:.1f} | {fmt(t['cpu_ratio'], '.2f') if t['cpu_ratio'] is not None else 'not reached'} | "
+                    f"{fmt(t['wall_ratio'], '.2f')} | {t['total_cpu_ratio']:.2f} |")
+            lines.append("")
+        paired = [t for a in sesame_arms for t in time_to_accuracy(results, a)]
+        if paired:
+            lines += ["### Paired seeds (detail)", "",
+                      ("Seed k of a sesame arm against seed k of the Trainer: its first validation at or above that "
+                       "seed's final dev metric. Meaningful where the arms saw the same batches (fingerprints: the "
+                       "per-epoch examples, real tokens and sum of token ids of every training batch agree); "
+                       "`sesame_fast` groups batches by length, so its pairs are only a spread, not a comparison."), "",
                       "| task | arm | seed | metric | Trainer final | arm final | arm CPU to reach (min) | Trainer CPU (min) | "
                       "ratio CPU | ratio wall | total CPU ratio | same batches |",
                       "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-            for t in tta:
+            for t in paired:
                 lines.append(
                     f"| {t['task']} | {t['arm']} | {t['seed']} | {t['metric'][4:]} | {fmt(t['target'])} | {fmt(t['arm_final'])} | "
                     f"{fmt(t['arm_cpu_to_target'] / 60 if t['arm_cpu_to_target'] is not None else None, '.1f')} | "
                     f"{t['ref_cpu'] / 60:.1f} | {fmt(t['cpu_ratio'], '.2f') if t['cpu_ratio'] is not None else 'not reached'} | "
                     f"{fmt(t['wall_ratio'], '.2f')} | {t['total_cpu_ratio']:.2f} | {'yes' if t['same_batches'] else 'NO'} |")
-            lines.append("")
-            lines += ["Per task and arm (mean ± std over the seeds where the arm reached the target; reached / pairs):", "",
-                      "| task | arm | CPU ratio to reach | reached | total CPU ratio |", "|---|---|---|---|---|"]
-            for task, arm in dict.fromkeys((t["task"], t["arm"]) for t in tta):
-                ts = [t for t in tta if t["task"] == task and t["arm"] == arm]
-                reached = [t["cpu_ratio"] for t in ts if t["cpu_ratio"] is not None]
-                lines.append(f"| {task} | {arm} | {mean_std(reached)} | {len(reached)} / {len(ts)} | "
-                             f"{mean_std([t['total_cpu_ratio'] for t in ts])} |")
             lines.append("")
         lines += ["## Cost and memory per unit (mean over seeds)", "",
                   ("Training wall / CPU: summed over a unit's segments, evaluation and checkpoint writes excluded. "
