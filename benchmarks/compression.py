@@ -60,6 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from int8_onnx_folder import export_int8_onnx, export_weights  # noqa: E402
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TASKS: dict[str, dict[str, Any]] = {
@@ -133,6 +136,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "recover once)")
     parser.add_argument("--recover-override", action="append", default=[], metavar="KEY=VALUE",
                         help="override of every recovery training, after the others (repeatable), e.g. trainer.max_epochs=1")
+    parser.add_argument("--int8-weights", choices=("per_channel", "per_tensor"), default="per_channel",
+                        help="sesame-export --int8-weights of the onnxruntime variants (default per_channel)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads for timing (default: torch's, one per core; 1 with --quick). On a "
                         "machine shared with other jobs use 1: threads that wait for descheduled peers time the load")
@@ -269,19 +274,6 @@ def prune_and_recover(args: argparse.Namespace, task: str, source: Path, folder:
     return folder
 
 
-def export_int8_onnx(run: Path, folder: Path, fresh: bool) -> Path:
-    """``sesame-export --format onnx --int8`` of ``run`` into ``folder`` (kept when whole)."""
-    from sesame.tasks.export.onnx import export_onnx
-    from sesame.tasks.inference.onnx_session import INT8_FILE
-
-    if fresh or not (folder / INT8_FILE).is_file():
-        if folder.exists():
-            shutil.rmtree(folder)
-        print(f"[export] {run} -> {folder} (onnx, --int8)", flush=True)
-        export_onnx(run, folder, int8=True)
-    return folder
-
-
 def build_models(args: argparse.Namespace, task: str) -> dict[str, Model]:
     """Every variant of ``task`` (those of ``--variants``), making what is missing."""
     from sesame.tasks.compression.drop_layers import drop_layers
@@ -300,7 +292,7 @@ def build_models(args: argparse.Namespace, task: str) -> dict[str, Model]:
             quantize_checkpoint(finetuned, root / "int8")
         models["int8"] = Model(root / "int8")
     if "int8_onnx" in wanted:
-        models["int8_onnx"] = Model(finetuned, export_int8_onnx(finetuned, root / "onnx", args.fresh))
+        models["int8_onnx"] = Model(finetuned, export_int8_onnx(finetuned, root / "onnx", args.fresh, args.int8_weights))
     if wanted & {"student", "distilled", "gold_student", "pipeline"}:
         if not done(root / "student", "compression.json", args.fresh):
             print(f"[drop-layers] {finetuned} -> {root / 'student'} (--keep {args.keep})", flush=True)
@@ -328,11 +320,11 @@ def build_models(args: argparse.Namespace, task: str) -> dict[str, Model]:
         if "pruned_recovered" in wanted:
             models["pruned_recovered"] = Model(recovered)
         if "pruned_int8_onnx" in wanted:
-            models["pruned_int8_onnx"] = Model(recovered, export_int8_onnx(recovered, root / "pruned_onnx", args.fresh))
+            models["pruned_int8_onnx"] = Model(recovered, export_int8_onnx(recovered, root / "pruned_onnx", args.fresh, args.int8_weights))
     if "pipeline" in wanted:
         # The distilled student, pruned and recovered (distilled from the fine-tuned model), as onnxruntime int8.
         pipeline = prune_and_recover(args, task, root / "distilled", root / "pipeline_pruned", finetuned)
-        models["pipeline"] = Model(pipeline, export_int8_onnx(pipeline, root / "pipeline_onnx", args.fresh))
+        models["pipeline"] = Model(pipeline, export_int8_onnx(pipeline, root / "pipeline_onnx", args.fresh, args.int8_weights))
     return models
 
 
@@ -354,7 +346,9 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
     from sesame.tasks.saved.int8 import QUANTIZED_TRAINER
 
     folder = args.out / task / f"eval_{name}"
-    if done(folder, "metrics.json", args.fresh):
+    graph = model.onnx / "model.int8.onnx" if model.onnx else None
+    # an int8 graph exported again (another --int8-weights) after it was scored is scored again
+    if done(folder, "metrics.json", args.fresh) and not (graph and graph.stat().st_mtime > (folder / "metrics.json").stat().st_mtime):
         return json.loads((folder / "metrics.json").read_text())
     print(f"[eval] {name}: {model.onnx / 'model.int8.onnx' if model.onnx else model.run}", flush=True)
     cfg = compose("eval", [*task_overrides(args, task), f"model={model.run}"])
@@ -482,6 +476,8 @@ def measure_task(args: argparse.Namespace, task: str, models: dict[str, Model]) 
             "size_mb": size / 1e6, "metric": metric, "score": metrics.get(metric), "metrics": metrics,
         }
         rows[name].update(pruning_facts(model))
+        if model.onnx is not None:
+            rows[name]["int8_weights"] = export_weights(model.onnx)
         if model.onnx is not None:
             del module
     torch.set_num_threads(timing_threads)  # for the timing only; training keeps torch's default

@@ -164,8 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/inference"))
     parser.add_argument("--fresh", action="store_true", help="redo the training and the export")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--int8-weights", choices=("per_channel", "per_tensor"), default="per_channel",
+                        help="sesame-export --int8-weights of the onnxruntime int8 backend (the README's table: per_tensor)")
     args = parser.parse_args(argv)
-    from sesame.tasks.export.onnx import export_onnx
+    from int8_onnx_folder import export_int8_onnx
     from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
@@ -177,14 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.quick:
             overrides += [*spec["quick"], *QUICK_TRAINER]
         run = getattr(args, f"{task}_run") or train_run(overrides, root / "run", args.fresh)
-        onnx_dir = root / "onnx"
-        if args.fresh or not (onnx_dir / "model.int8.onnx").is_file():
-            if onnx_dir.exists():
-                import shutil
-
-                shutil.rmtree(onnx_dir)
-            print(f"[export] {run} -> {onnx_dir}", flush=True)
-            export_onnx(run, onnx_dir, int8=True)
+        onnx_dir = export_int8_onnx(Path(run), root / "onnx", args.fresh, args.int8_weights)
         rows += measure(task, Path(run), onnx_dir, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "inference.json").write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in vars(args).items()}}, indent=2))

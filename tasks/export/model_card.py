@@ -205,7 +205,7 @@ def model_card(trained: TrainedModel, report: Mapping[str, Any], command: str | 
     else:
         metric_text = "No metrics.json found next to the checkpoint."
     export_rows: list[tuple[str, Any]] = [("format", fmt)]
-    for key in ("architecture", "exporter", "opset", "inputs", "outputs", "max_abs_diff", "int8_max_abs_diff",
+    for key in ("architecture", "exporter", "opset", "inputs", "outputs", "max_abs_diff", "int8_weights", "int8_max_abs_diff",
                 "int8_agreement", "decision_thresholds", "files"):
         if report.get(key) is not None:
             export_rows.append((key.replace("_", " "), report[key]))

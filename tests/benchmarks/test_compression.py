@@ -49,6 +49,7 @@ def test_the_quick_benchmark_writes_every_model_with_ratios(bench):
     # every other of the tiny encoder's 4 layers for the student and what is made from it
     assert [by_name[n]["layers"] for n in VARIANTS] == [4, 4, 4, 2, 2, 4, 4, 4, 4, 4, 2]
     assert {n for n, r in by_name.items() if r["runtime"] == "onnxruntime int8"} == ONNX
+    assert {n for n, r in by_name.items() if r.get("int8_weights") == "per_channel"} == ONNX  # the export's default
     assert {n for n, r in by_name.items() if r["runtime"] == "torch"} == set(VARIANTS) - ONNX
     size = {n: r["size_mb"] for n, r in by_name.items()}
     assert max(size[n] for n in VARIANTS[1:]) < size["finetuned"]

@@ -33,7 +33,7 @@ def test_onnx_export_folder_and_model_card(trained_run, capsys, tmp_path: Path) 
     capsys.readouterr()
     main([str(run), str(out), "--format", "onnx", "--int8", "--exporter", "torchscript"])
     report = json.loads(capsys.readouterr().out)
-    assert report["max_abs_diff"] < 1e-4 and report["int8_agreement"] >= 0.5
+    assert report["max_abs_diff"] < 1e-4 and report["int8_agreement"] >= 0.5 and report["int8_weights"] == "per_channel"
     assert {"model.onnx", "model.int8.onnx", "README.md", "sesame_config.yaml", "export.json"} <= {p.name for p in out.iterdir()}
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no staging folder left behind
     assert json.loads((out / "export.json").read_text()) == report
@@ -42,6 +42,7 @@ def test_onnx_export_folder_and_model_card(trained_run, capsys, tmp_path: Path) 
     metrics = json.loads((run / "metrics.json").read_text())
     assert f"| val_accuracy | {metrics['val_accuracy']:.6g} |" in card
     assert f"sesame-export {run} {out} --format onnx --int8 --exporter torchscript" in card
+    assert "| int8 weights | per_channel |" in card
     for field in ("| task | glue (sst2): sequence classification |", "| labels | 0, 1 |", "| pooling | pooler |",
                   "| fusion | last |", "| training size | 64 examples (the first 64 of 2000) |", "pipeline_tag: text-classification"):
         assert field in card, field
@@ -61,6 +62,8 @@ def test_user_errors_are_one_line_and_write_nothing(trained_run, capsys, tmp_pat
     assert "head.crf=true" in line and "--format onnx" in line
     line = _fails(capsys, tmp_path / "no-run", tmp_path / "y", "--format", "hf")
     assert "no-run" in line
+    line = _fails(capsys, run, tmp_path / "z", "--format", "onnx", "--int8-weights", "per_tensor")
+    assert "--int8-weights is for --int8" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # nothing else written, no staging folders
 
 
