@@ -1049,6 +1049,15 @@ def mean_time_to_accuracy(results: list[dict[str, Any]], arm: str, ref: str = "h
     return rows
 
 
+def reach_cells(t: dict[str, Any]) -> str:
+    """A time-to-accuracy row's cells from the metric on: target, arm's final, CPU minutes to reach and the
+    Trainer's, the CPU and wall ratios, the whole-run CPU ratio."""
+    to_target = t["arm_cpu_to_target"] / 60 if t["arm_cpu_to_target"] is not None else None
+    ratio = fmt(t["cpu_ratio"], ".2f") if t["cpu_ratio"] is not None else "not reached"
+    return (f"{t['metric'][4:]} | {fmt(t['target'])} | {fmt(t['arm_final'])} | {fmt(to_target, '.1f')} | "
+            f"{t['ref_cpu'] / 60:.1f} | {ratio} | {fmt(t['wall_ratio'], '.2f')} | {t['total_cpu_ratio']:.2f}")
+
+
 def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
     try:
         import matplotlib
@@ -1370,11 +1379,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                       "Trainer CPU (min) | ratio CPU | ratio wall | total CPU ratio |",
                       "|---|---|---|---|---|---|---|---|---|---|---|"]
             for t in means:
-                lines.append(
-                    f"| {t['task']} | {t['arm']} | {t['seeds']} ({t['ref_seeds']}) | {t['metric'][4:]} | {fmt(t['target'])} | "
-                    f"{fmt(t['arm_final'])} | {fmt(t['arm_cpu_to_target'] / 60 if t['arm_cpu_to_target'] is not None else None, '.1f')} | "
-                    f"{t['ref_cpu'] / 60:.1f} | {fmt(t['cpu_ratio'], '.2f') if t['cpu_ratio'] is not None else 'not reached'} | "
-                    f"{fmt(t['wall_ratio'], '.2f')} | {t['total_cpu_ratio']:.2f} |")
+                lines.append(f"| {t['task']} | {t['arm']} | {t['seeds']} ({t['ref_seeds']}) | {reach_cells(t)} |")
             lines.append("")
         paired = [t for a in sesame_arms for t in time_to_accuracy(results, a)]
         if paired:
@@ -1387,11 +1392,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                       "ratio CPU | ratio wall | total CPU ratio | same batches |",
                       "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for t in paired:
-                lines.append(
-                    f"| {t['task']} | {t['arm']} | {t['seed']} | {t['metric'][4:]} | {fmt(t['target'])} | {fmt(t['arm_final'])} | "
-                    f"{fmt(t['arm_cpu_to_target'] / 60 if t['arm_cpu_to_target'] is not None else None, '.1f')} | "
-                    f"{t['ref_cpu'] / 60:.1f} | {fmt(t['cpu_ratio'], '.2f') if t['cpu_ratio'] is not None else 'not reached'} | "
-                    f"{fmt(t['wall_ratio'], '.2f')} | {t['total_cpu_ratio']:.2f} | {'yes' if t['same_batches'] else 'NO'} |")
+                lines.append(f"| {t['task']} | {t['arm']} | {t['seed']} | {reach_cells(t)} | {'yes' if t['same_batches'] else 'NO'} |")
             lines.append("")
         lines += ["## Cost and memory per unit (mean over seeds)", "",
                   ("Training wall / CPU: summed over a unit's segments, evaluation and checkpoint writes excluded. "
