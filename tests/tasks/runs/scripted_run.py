@@ -57,6 +57,9 @@ class RecordBatches(L.Callback):
 def main() -> None:
     run_dir, overrides = sys.argv[1], sys.argv[2:]
     hooks = [Kill(os.environ["KILL"])] if os.environ.get("KILL") else []
+    # Ctrl-C as at a terminal, also when the tests were started in the background (a shell's `cmd &` ignores SIGINT,
+    # and Python then installs no KeyboardInterrupt handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("RECORD_BATCHES"):
         hooks.append(RecordBatches(run_dir))
     build = runner.build_trainer
