@@ -662,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python benchmarks/compression.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
         "encoder": args.encoder, "keep": args.keep, "alpha": args.alpha, "temperature": args.temperature,
         "heads": args.heads, "ffn": args.ffn, "prune_batches": args.prune_batches, "prune_rounds": args.prune_rounds,
-        "quick": args.quick, "threads": threads, "rounds": args.rounds, "variants": args.variants,
+        "int8_weights": args.int8_weights, "quick": args.quick, "threads": threads, "rounds": args.rounds, "variants": args.variants,
         "train_overrides": args.train_override, "distill_overrides": args.distill_override,
         "recover_overrides": args.recover_override,
         "task_overrides": {t: getattr(args, f"{t}_override") for t in args.tasks},

@@ -97,7 +97,8 @@ def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
                   f"torch {s['torch']} (quantised engine `{s['quantized_engine']}`), {s['threads']} thread(s) for "
                   f"torch and onnxruntime, {s['rounds']} interleaved rounds; pruning --heads {s['heads']} --ffn "
                   f"{s['ffn']} in {s['prune_rounds']} round(s); student --keep {s['keep']}, distillation alpha "
-                  f"{s['alpha']}, temperature {s['temperature']}.", "",
+                  f"{s['alpha']}, temperature {s['temperature']}; onnxruntime int8 weights "
+                  f"{s.get('int8_weights', 'per_tensor')} (one scale per {'output column' if s.get('int8_weights') == 'per_channel' else 'matrix'}).", "",
                   goal_line(task, run["rows"]), "",
                   markdown_table(task, run["rows"], sizes), "", pareto_table(task, run["rows"], sizes), "",
                   f"![{task}: dev metric against speed-up](compression/pareto_{task}.png)", "",

@@ -78,6 +78,10 @@ def test_the_report_has_each_tasks_command_settings_tables_and_plot(report):
     assert "## SST-2" in text and "Command: `python benchmarks/compression.py --tasks sst2`" in text
     assert "| `pipeline` |" in text and "![sst2: dev metric against speed-up](compression/pareto_sst2.png)" in text
     assert "Pareto front of sst2" in text and "**met** by `pipeline`" in text
+    assert "onnxruntime int8 weights per_tensor (one scale per matrix)" in text  # a run from before the setting
+    settings["int8_weights"] = "per_channel"
+    text = report.report_markdown({"sst2": {"settings": settings, "rows": rows}})
+    assert "onnxruntime int8 weights per_channel (one scale per output column)" in text
 
 
 def test_publishing_writes_each_tasks_rows_and_redraws_its_plot_with_the_goal(report, tmp_path, monkeypatch):
