@@ -336,6 +336,10 @@ def load(args: argparse.Namespace, task: str, source: Path) -> tuple[Any, Any]:
     return load_for_evaluation(compose("eval", [*task_overrides(args, task), f"model={source}"]))
 
 
+#: Evaluation batch of the onnxruntime variants' scoring (not of their timing).
+ONNX_EVAL_BATCH = 16
+
+
 def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: Any = None) -> dict[str, float]:
     """Validation metrics through sesame-eval's own path (written to <out>/<task>/eval_<name>); an onnxruntime
     variant's outputs are its graph's (``runner``, an ``OnnxRunner``), put in place of the module's forward,
@@ -359,7 +363,9 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
     def onnx_outputs(eval_cfg: Any, overrides: Any = ()) -> tuple[Any, Any]:
         module, data_cfg = real(eval_cfg, overrides)
         module.forward = runner  # the module's evaluation path, its outputs from onnxruntime (on CPU)
-        return module, OmegaConf.merge(data_cfg, {"trainer": QUANTIZED_TRAINER})
+        # onnxruntime's CPU arena keeps its largest allocation: at the task's evaluation batch (SQuAD: 128 windows
+        # of 384 tokens) one pruned graph's scoring grew to 10 GB and was killed; small batches keep it near 1 GB
+        return module, OmegaConf.merge(data_cfg, {"trainer": QUANTIZED_TRAINER, "data": {"eval_batch_size": ONNX_EVAL_BATCH}})
 
     evaluation.load_for_evaluation = onnx_outputs
     try:
