@@ -1,6 +1,8 @@
-"""Inference speed of one trained model four ways, on the same weights and the same real dev batches:
+"""Inference speed of one trained model five ways, on the same weights and the same real dev batches:
 torch eager fp32, torch dynamic int8 (``sesame-compress quantize``), onnxruntime fp32 and onnxruntime
-int8 (``sesame-export --format onnx --int8``), at batch 1 and 32, with 1 thread and all threads.
+int8 (``sesame-export --format onnx --int8``) in sesame's sessions, and that int8 graph with all of
+onnxruntime's fusions (sesame's sessions leave out the fused SkipLayerNormalization, ``UNFUSED``), at
+batch 1 and 32, with 1 thread and all threads.
 
 Tasks: SST-2 (the shipped dev set, 872 sentences) and SQuAD v1.1 (windows of the shipped 338-question
 dev slice), with models trained on the shipped training slices (or given with --sst2-run /
@@ -42,13 +44,14 @@ TASKS: dict[str, dict[str, Any]] = {
     "squad_v1": {"overrides": ["task=squad_v1", "data=squad_v1_slice", "data.max_seq_length=256", "data.doc_stride=96"],
                  "metric": "f1", "quick": ["data.max_train_examples=24", "data.max_eval_examples=16"]},
 }
-BACKENDS = ("torch_fp32", "torch_int8", "ort_fp32", "ort_int8")
+BACKENDS = ("torch_fp32", "torch_int8", "ort_fp32", "ort_int8", "ort_int8_all_fusions")
 
 Backend = Callable[[dict], tuple]
 
 
 def backends(run: Path, onnx_dir: Path, threads: int) -> dict[str, Backend]:
-    """The four ways to run the model of ``run``, each ``batch -> outputs`` (a tuple of tensors)."""
+    """The ways to run the model of ``run``, each ``batch -> outputs`` (a tuple of tensors); the last is the int8
+    graph with every onnxruntime fusion, sesame's left-out ones (``UNFUSED``) too."""
     from sesame.tasks.saved.checkpoints import load_trained
     from sesame.tasks.saved.int8 import quantize_module
     from sesame.tasks.export import as_tuple
@@ -58,11 +61,13 @@ def backends(run: Path, onnx_dir: Path, threads: int) -> dict[str, Backend]:
     int8 = quantize_module(copy.deepcopy(module))
     fp32_session = new_session(onnx_dir / MODEL_FILE, threads=threads)
     int8_session = new_session(onnx_dir / INT8_FILE, threads=threads)
+    fused_session = new_session(onnx_dir / INT8_FILE, threads=threads, all_fusions=True)
     return {
         "torch_fp32": lambda b: as_tuple(module(b)),
         "torch_int8": lambda b: as_tuple(int8(b)),
         "ort_fp32": lambda b: run_session(fp32_session, b),
         "ort_int8": lambda b: run_session(int8_session, b),
+        "ort_int8_all_fusions": lambda b: run_session(fused_session, b),
     }
 
 

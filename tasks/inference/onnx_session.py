@@ -24,10 +24,18 @@ INT8_FILE = "model.int8.onnx"
 CONFIG_FILE = "sesame_config.yaml"
 
 
+#: onnxruntime graph fusions sesame's sessions leave out. Its fused SkipLayerNormalization CPU kernel (residual add
+#: and layer norm in one) is slower than the two nodes it replaces on this project's CPU (x86-64 with AVX-512 VNNI,
+#: 1-2 threads): MiniLM-L6's int8 graphs ran 1.2-1.5x faster without it, fp32 ones 1.08x, with outputs equal to
+#: float rounding (``benchmarks/inference.py``: ``ort_int8`` against ``ort_int8_all_fusions``).
+UNFUSED = ("SkipLayerNormFusion",)
+
+
 def new_session(path: str | Path, threads: int | None = None, providers: Sequence[str] | None = None,
-                profile_prefix: str | Path | None = None) -> Any:
+                profile_prefix: str | Path | None = None, all_fusions: bool = False) -> Any:
     """An onnxruntime session (``threads``: intra-op threads; None lets onnxruntime choose). With
-    ``profile_prefix`` it records onnxruntime's own profile, written by ``session.end_profiling()``."""
+    ``profile_prefix`` it records onnxruntime's own profile, written by ``session.end_profiling()``;
+    ``all_fusions`` keeps every onnxruntime fusion (``UNFUSED`` too), for comparisons."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -37,7 +45,8 @@ def new_session(path: str | Path, threads: int | None = None, providers: Sequenc
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = str(profile_prefix)
-    return ort.InferenceSession(str(path), sess_options=options, providers=list(providers or ["CPUExecutionProvider"]))
+    return ort.InferenceSession(str(path), sess_options=options, providers=list(providers or ["CPUExecutionProvider"]),
+                                disabled_optimizers=[] if all_fusions else list(UNFUSED))
 
 
 _NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
