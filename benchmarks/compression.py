@@ -354,7 +354,7 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
     # an int8 graph exported again (another --int8-weights) after it was scored is scored again
     if done(folder, "metrics.json", args.fresh) and not (graph and graph.stat().st_mtime > (folder / "metrics.json").stat().st_mtime):
         return json.loads((folder / "metrics.json").read_text())
-    print(f"[eval] {name}: {model.onnx / 'model.int8.onnx' if model.onnx else model.run}", flush=True)
+    print(f"[eval] {name}: {graph or model.run}", flush=True)
     cfg = compose("eval", [*task_overrides(args, task), f"model={model.run}"])
     if model.onnx is None:
         return evaluation.evaluate(cfg, folder)
@@ -484,7 +484,6 @@ def measure_task(args: argparse.Namespace, task: str, models: dict[str, Model]) 
         rows[name].update(pruning_facts(model))
         if model.onnx is not None:
             rows[name]["int8_weights"] = export_weights(model.onnx)
-        if model.onnx is not None:
             del module
     torch.set_num_threads(timing_threads)  # for the timing only; training keeps torch's default
     try:

@@ -91,6 +91,7 @@ def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
              variants_legend(names)]
     for task, run in runs.items():
         s = run["settings"]
+        weights = s.get("int8_weights", "per_tensor")  # runs from before the setting were per tensor
         sizes = [int(k.removeprefix("latency_ms_b")) for k in run["rows"][0] if k.startswith("latency_ms_b")]
         parts += ["", f"## {LABELS[task]}", "",
                   f"Command: `{s.get('command', '(not recorded)')}`", "",
@@ -98,7 +99,7 @@ def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
                   f"torch and onnxruntime, {s['rounds']} interleaved rounds; pruning --heads {s['heads']} --ffn "
                   f"{s['ffn']} in {s['prune_rounds']} round(s); student --keep {s['keep']}, distillation alpha "
                   f"{s['alpha']}, temperature {s['temperature']}; onnxruntime int8 weights "
-                  f"{s.get('int8_weights', 'per_tensor')} (one scale per {'output column' if s.get('int8_weights') == 'per_channel' else 'matrix'}).", "",
+                  f"{weights} (one scale per {'output column' if weights == 'per_channel' else 'matrix'}).", "",
                   goal_line(task, run["rows"]), "",
                   markdown_table(task, run["rows"], sizes), "", pareto_table(task, run["rows"], sizes), "",
                   f"![{task}: dev metric against speed-up](compression/pareto_{task}.png)", "",

@@ -1027,10 +1027,12 @@ def mean_time_to_accuracy(results: list[dict[str, Any]], arm: str, ref: str = "h
     rows = []
     for task in dict.fromkeys(r["task"] for r in results):
         mine = [r for r in results if r["task"] == task and r["arm"] == arm and r["history"]]
+        if not mine:
+            continue
+        metric = mine[0]["main_metric"]
         theirs = [r for r in results if r["task"] == task and r["arm"] == ref]
-        metric = (mine or theirs or [{}])[0].get("main_metric")
         targets = [r["final"][metric] for r in theirs if r["final"].get(metric) is not None]
-        if not mine or not targets:
+        if not targets:
             continue
         target = statistics.fmean(targets)
         length = min(len(r["history"]) for r in mine)
