@@ -30,6 +30,9 @@ from its newest checkpoint-<step>/ (resume_from_checkpoint). The training clock 
 history are stored inside each checkpoint, so time is summed over the segments that count (work
 lost after the last checkpoint of a killed segment is not counted; every attempt's own wall / CPU is
 in attempts.json). SIGTERM to the study stops the running unit at its next step with a checkpoint.
+On a machine that never ran them, the committed run records (docs/results/full_data_study/runs) are put
+back into <out> as finished units first, so a fresh clone resumes the study where the commit left it
+(unfinished units' checkpoints live only in <out>: they resume on the machine that wrote them).
 Units run small-first, the arms interleaved per seed (seed 1: sesame then hf, seed 2: hf then sesame,
 ...): RTE, MRPC, STS-B, CoLA, WNUT-17 (3 seeds), CoNLL-2003 (3), SST-2 (1), SQuAD v1.1 (1).
 
@@ -1118,6 +1121,30 @@ def write_run_records(args: argparse.Namespace, folder: Path) -> None:
         write_json(target, record)
 
 
+def restore_from_records(args: argparse.Namespace, folder: Path = RUN_RECORDS) -> list[Path]:
+    """Put the committed run records back as finished units of ``args.base_out`` (study and sweep) where that
+    folder has no result for them: a fresh machine or clone then resumes the study where the commit left it
+    (finished units are skipped, sesame_best finds its sweep winner) and ``--report`` keeps every committed
+    run. Trained weights are not in the records; a restored unit is never retrained. Returns the units written."""
+    import yaml
+
+    written = []
+    for record_file in sorted([*folder.glob("*.json"), *folder.glob("sweep/*.json")]):
+        record = json.loads(record_file.read_text())
+        base = args.base_out / "sweep" if record["arm"].startswith(SWEEP_ARM_PREFIX) else args.base_out
+        unit = unit_dir(base, record)
+        if (unit / "result.json").is_file():
+            continue
+        config = record.pop("config", None)
+        if config is not None:  # what write_run_records reads back into the record
+            (unit / "run").mkdir(parents=True, exist_ok=True)
+            (unit / "run" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        unit.mkdir(parents=True, exist_ok=True)
+        write_json(unit / "result.json", record)
+        written.append(unit)
+    return written
+
+
 def sweep_section(args: argparse.Namespace) -> list[str]:
     """Item 4: every candidate's held-out score per GLUE task, and the winner (the sesame_best arm's recipe)."""
     found = sweep_results(args)
@@ -1444,6 +1471,11 @@ def main(argv: list[str] | None = None) -> None:
     from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
+    if not args.quick and not args.readme:  # a committed run is a finished unit, also on a machine that never ran it
+        restored = restore_from_records(args)
+        if restored:
+            print(f"[study] restored {len(restored)} finished unit(s) into {args.base_out} from {RUN_RECORDS.relative_to(REPO)}",
+                  flush=True)
     if args.plan:
         for i, unit in enumerate(plan(args), 1):
             print(f"{i:3d} {unit['task']:10s} {unit['arm']:12s} seed {unit['seed']}: {unit_state(unit_dir(args.out, unit))}")

@@ -141,6 +141,28 @@ def test_the_sweep_picks_on_held_out_data_and_only_once_every_candidate_finished
     assert "| mean_2e-5 | `pooling=mean` | **0.6600 (0.3)** |" in text and "| cls_2e-5 | `pooling=cls` | 0.6100 (0.3) |" in text
 
 
+def test_committed_run_records_restore_as_finished_units_and_write_back_unchanged(fds, tmp_path):
+    records = tmp_path / "records"
+    (records / "sweep").mkdir(parents=True)
+    plain = {**fake_result("rte", "sesame", 2, [0.55, 0.6], 10.0), "config": {"seed": 2, "data": {"max_seq_length": 128}}}
+    sweep = fake_result("rte", "sweep-mean_lora", 1, [0.5, 0.65], 10.0)
+    fds.write_json(records / "rte_sesame_seed2.json", plain)
+    fds.write_json(records / "sweep" / "rte_sweep-mean_lora_seed1.json", sweep)
+    args = fds.parse_args(["--out", str(tmp_path / "study"), "--tasks", "rte"])
+    done = args.base_out / "units" / "rte" / "hf" / "seed1"
+    done.mkdir(parents=True)
+    (done / "result.json").write_text(json.dumps(fake_result("rte", "hf", 1, [0.5, 0.7], 10.0)))
+    restored = fds.restore_from_records(args, records)
+    assert restored == [args.base_out / "units/rte/sesame/seed2", args.base_out / "sweep/units/rte/sweep-mean_lora/seed1"]
+    assert fds.unit_state(restored[0]) == "done" and fds.sweep_results(args)["rte"]["mean_lora"]["final"]["val_accuracy"] == 0.65
+    assert fds.restore_from_records(args, records) == []  # a unit with a result is never overwritten
+    again = tmp_path / "again"
+    fds.write_run_records(args, again)
+    assert (again / "rte_sesame_seed2.json").read_text() == (records / "rte_sesame_seed2.json").read_text()
+    assert (again / "sweep" / "rte_sweep-mean_lora_seed1.json").read_text() == (records / "sweep" / "rte_sweep-mean_lora_seed1.json").read_text()
+    assert json.loads((again / "rte_hf_seed1.json").read_text())["final"]["val_accuracy"] == 0.7
+
+
 def test_the_readme_table_renders_the_run_records_in_points_with_reach_ratios(fds):
     records = [fake_result("rte", "sesame", s, [0.55, v], 100.0) for s, v in ((1, 0.60), (2, 0.62))]
     records += [fake_result("rte", "hf", s, [0.55, v], 120.0) for s, v in ((1, 0.61), (2, 0.61))]
