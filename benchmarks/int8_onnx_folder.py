@@ -1,6 +1,6 @@
 """The int8 ONNX export a benchmark measures, made once and reused while it matches what was asked.
 
-Used by ``benchmarks/inference.py`` and ``benchmarks/compression.py``."""
+Used by ``benchmarks/inference.py``, ``benchmarks/compression.py`` and ``benchmarks/export_attention.py``."""
 
 from __future__ import annotations
 
@@ -19,14 +19,20 @@ def export_weights(folder: Path) -> str | None:
     return json.loads((folder / "export.json").read_text()).get("int8_weights", "per_tensor")
 
 
-def export_int8_onnx(run: Path, folder: Path, fresh: bool = False, weights: str = "per_channel") -> Path:
-    """``sesame-export --format onnx --int8 --int8-weights <weights>`` of ``run`` into ``folder``; a whole
-    earlier export with the same scheme is kept unless ``fresh``."""
+def export_attention(folder: Path) -> str:
+    """The ``--attention`` an export folder was traced with (one from before the option traced the model's own)."""
+    return json.loads((folder / "export.json").read_text()).get("attention_option", "model")
+
+
+def export_int8_onnx(run: Path, folder: Path, fresh: bool = False, weights: str = "per_channel",
+                     attention: str = "eager") -> Path:
+    """``sesame-export --format onnx --int8 --int8-weights <weights> --attention <attention>`` of ``run`` into
+    ``folder``; a whole earlier export with the same settings is kept unless ``fresh``."""
     from sesame.tasks.export.onnx import export_onnx
 
-    if fresh or export_weights(folder) != weights:
+    if fresh or export_weights(folder) != weights or export_attention(folder) != attention:
         if folder.exists():
             shutil.rmtree(folder)
-        print(f"[export] {run} -> {folder} (onnx, --int8 --int8-weights {weights})", flush=True)
-        export_onnx(run, folder, int8=True, int8_weights=weights)
+        print(f"[export] {run} -> {folder} (onnx, --int8 --int8-weights {weights} --attention {attention})", flush=True)
+        export_onnx(run, folder, int8=True, int8_weights=weights, attention=attention)
     return folder

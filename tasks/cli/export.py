@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--int8-weights", choices=("per_channel", "per_tensor"), default="per_channel",
                         help="onnx --int8: one weight scale per output column (default; as fast, and keeps SQuAD F1) "
                              "or one per matrix (sesame's scheme before)")
+    parser.add_argument("--attention", choices=("eager", "model"), default="eager",
+                        help="onnx: trace the encoder's eager attention (default: the same function without SDPA's "
+                             "guard for fully masked rows, which onnxruntime runs at every layer) or the one the "
+                             "model runs with in torch")
     parser.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo",
                         help="onnx: torch's exporter, dynamo (torch.export, the default) or torchscript (older, faster)")
     parser.add_argument("--opset", type=int, default=None, help="onnx: the ONNX opset (default: the exporter's)")
@@ -61,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.fmt == "hf" and (args.int8 or args.opset is not None):
-        build_parser().error("--int8 and --opset are for --format onnx")
+    if args.fmt == "hf" and (args.int8 or args.opset is not None or args.attention != "eager"):
+        build_parser().error("--int8, --opset and --attention are for --format onnx")
     if args.int8_weights != "per_channel" and not args.int8:
         build_parser().error("--int8-weights is for --int8")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -78,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
             from sesame.tasks.export.onnx import export_onnx
 
             report = export_onnx(args.run, args.output, int8=args.int8, exporter=args.exporter, opset=args.opset,
-                                 threads=args.threads, command=command, int8_weights=args.int8_weights)
+                                 threads=args.threads, command=command, int8_weights=args.int8_weights,
+                                 attention=args.attention)
     json.dump(report, sys.stdout, indent=2)
     print()
 

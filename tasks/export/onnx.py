@@ -23,12 +23,13 @@ trained config: task, labels, data and head settings for ``sesame-predict``), th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +66,50 @@ def input_names(trained: TrainedModel, task: TaskExport) -> list[str]:
     return names + list(task.extra_inputs)
 
 
+#: ``attention=``: the attention the graph is traced with. ``eager`` (the default): the encoder's eager
+#: attention, whatever it runs with in torch; ``model``: the one it runs with (SDPA for most families).
+#: Traced from SDPA, the graph keeps torch's guard for fully masked rows (IsNaN + Where over every attention
+#: matrix), which onnxruntime runs at every layer; the eager path's mask-add + Softmax is the same function
+#: without it: benchmarks/export_attention.py measures both.
+ATTENTION_TRACES = ("eager", "model")
+
+
+@contextlib.contextmanager
+def traced_attention(model: torch.nn.Module, attention: str = "eager") -> Iterator[str | None]:
+    """While tracing, ``model`` (a transformers model) runs the attention ``attention`` (one of
+    :data:`ATTENTION_TRACES`) asks for, and gets its own back after. Yields the implementation traced; a model
+    that cannot switch (not built on transformers' AttentionInterface) keeps its own."""
+    if attention not in ATTENTION_TRACES:
+        raise ConfigError(f"--attention {attention}: use one of {', '.join(ATTENTION_TRACES)}")
+    before = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    can_switch = getattr(model, "_can_set_attn_implementation", lambda: False)
+    if attention == "model" or before in (None, "eager") or not can_switch():
+        yield before
+        return
+    model.set_attn_implementation("eager")
+    try:
+        yield "eager"
+    finally:
+        model.set_attn_implementation(before)
+
+
+def drop_node_metadata(path: Path) -> None:
+    """Drop the per-node debugging metadata torch.export writes (stack traces, module paths: about 2.5 kB
+    a node). onnxruntime's int8 pre-processing drops it only from the nodes it rewrites, so an int8 graph
+    of a small model could be several times its weights; external weight files stay where they are."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for node in model.graph.node:
+        del node.metadata_props[:]
+    onnx.save(model, str(path))
+
+
 @known_noise_silenced()
 def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Tensor], exporter: str = "dynamo",
-                 opset: int | None = None) -> None:
-    """Write the module's graph to ``path``, traced on ``example``, with dynamic batch and length axes."""
+                 opset: int | None = None, attention: str = "eager") -> str | None:
+    """Write the module's graph to ``path``, traced on ``example``, with dynamic batch and length axes and
+    the encoder attention ``attention`` asks for (:func:`traced_attention`); returns the one traced."""
     if exporter not in EXPORTERS:
         raise ConfigError(f"exporter={exporter!r} is not one of {', '.join(EXPORTERS)}")
     task = task_export(trained)
@@ -76,7 +117,8 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
     graph = task.onnx_graph().eval()
     kwargs = {n: example[n] if n in example else torch.zeros_like(example["input_ids"]) for n in names}
     large = sum(p.numel() * p.element_size() for p in graph.parameters()) > 1_800_000_000  # ONNX protobufs stop at 2 GB
-    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad(), \
+            traced_attention(trained.module.encoder.model, attention) as traced:
         warnings.filterwarnings("ignore", category=DeprecationWarning)  # the torchscript exporter's notice
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # shape branches in transformers' masks
         warnings.filterwarnings("ignore", message=r".*The axis name: .* will not be used")  # batch/length named twice
@@ -88,6 +130,7 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
                 dynamic_shapes={n: {0: batch, 1: length} for n in names}, external_data=large, verbose=False,
                 **({"opset_version": opset} if opset else {}),
             )
+            drop_node_metadata(path)
         else:
             out_axes = {0: "batch", 1: "length"} if task.per_token_outputs else {0: "batch"}
             torch.onnx.export(
@@ -95,6 +138,7 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
                 dynamic_axes={**{n: {0: "batch", 1: "length"} for n in names}, **{o: out_axes for o in outputs}},
                 opset_version=opset or 17,
             )
+    return traced
 
 
 def compare(task: TaskExport, reference: tuple[torch.Tensor, ...], other: tuple[torch.Tensor, ...],
@@ -158,17 +202,20 @@ def quantize_int8(source: Path, target: Path, large: bool = False, weights: str 
 
 def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, exporter: str = "dynamo",
                 opset: int | None = None, threads: int | None = None, command: str | None = None,
-                int8_weights: str = "per_channel") -> dict[str, Any]:
+                int8_weights: str = "per_channel", attention: str = "eager") -> dict[str, Any]:
     """Write the trained model of ``run`` (run folder or .ckpt) as an ONNX folder ``output``.
 
     Returns the report (also ``export.json`` and the model card): inputs, outputs, the largest
     difference between onnxruntime and PyTorch and, with ``int8``, the int8 graph's weight scheme
-    (``int8_weights``, one of ``INT8_WEIGHTS``), difference and prediction agreement.
+    (``int8_weights``, one of ``INT8_WEIGHTS``), difference and prediction agreement. ``attention``: the
+    attention traced (:data:`ATTENTION_TRACES`); the check compares with the model as it runs in torch.
     """
     if exporter not in EXPORTERS:
         raise ConfigError(f"--exporter {exporter}: use one of {', '.join(EXPORTERS)}")
     if int8_weights not in INT8_WEIGHTS:
         raise ConfigError(f"--int8-weights {int8_weights}: use one of {', '.join(INT8_WEIGHTS)}")
+    if attention not in ATTENTION_TRACES:
+        raise ConfigError(f"--attention {attention}: use one of {', '.join(ATTENTION_TRACES)}")
     check_output_folder(output)
     try:
         import onnx  # noqa: F401
@@ -202,7 +249,9 @@ def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, expo
         "exporter": exporter, "inputs": input_names(trained, task), "outputs": list(task.output_names),
     }
     with staged_folder(output) as folder:
-        export_graph(trained, folder / MODEL_FILE, example, exporter=exporter, opset=opset)
+        report["attention_option"] = attention
+        report["attention"] = export_graph(trained, folder / MODEL_FILE, example, exporter=exporter, opset=opset,
+                                           attention=attention)
         import onnx
 
         model = onnx.load(str(folder / MODEL_FILE), load_external_data=False)

@@ -64,6 +64,8 @@ def test_user_errors_are_one_line_and_write_nothing(trained_run, capsys, tmp_pat
     assert "no-run" in line
     line = _fails(capsys, run, tmp_path / "z", "--format", "onnx", "--int8-weights", "per_tensor")
     assert "--int8-weights is for --int8" in line
+    line = _fails(capsys, run, tmp_path / "w", "--format", "hf", "--attention", "model")
+    assert "--attention are for --format onnx" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # nothing else written, no staging folders
 
 

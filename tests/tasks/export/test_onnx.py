@@ -102,6 +102,37 @@ def test_onnxruntime_gives_pytorch_outputs_and_the_runner_is_a_model_runner(load
     assert same >= 0.8 * total  # int8 changes the numbers a little, the predictions rarely
 
 
+@pytest.mark.parametrize("name", ["glue", "qa"])
+def test_the_graph_is_traced_with_eager_attention_and_the_model_keeps_its_own(loaded, exported, name):
+    """SDPA traced into ONNX keeps torch's fully-masked-row guard (IsNaN + Where per layer); the eager trace has none,
+    and the outputs still equal the SDPA model's (the export's own check, max_abs_diff). No node carries metadata."""
+    import onnx
+
+    from sesame.tasks.inference.onnx_session import MODEL_FILE
+
+    folder, report = exported(name)
+    model = loaded(name).module.encoder.model
+    assert model.config._attn_implementation == "sdpa"  # the model as trained, given back after the trace
+    assert report["attention"] == "eager" and report["max_abs_diff"] <= TOLERANCE
+    nodes = onnx.load(str(folder / MODEL_FILE)).graph.node
+    assert "IsNaN" not in {node.op_type for node in nodes} and "Softmax" in {node.op_type for node in nodes}
+    assert not any(node.metadata_props for node in nodes)  # torch.export's stack traces are not shipped
+
+
+def test_traced_attention_gives_the_model_back_its_own_on_error_and_model_keeps_it(loaded):
+    from sesame.tasks.export.onnx import traced_attention
+
+    model = loaded("glue").module.encoder.model
+    with pytest.raises(RuntimeError, match="trace failed"), traced_attention(model) as traced:
+        assert traced == "eager" and model.config._attn_implementation == "eager"
+        raise RuntimeError("trace failed")
+    assert model.config._attn_implementation == "sdpa"
+    with traced_attention(model, "model") as traced:
+        assert traced == "sdpa" and model.config._attn_implementation == "sdpa"
+    with pytest.raises(ConfigError, match="--attention flash: use one of eager, model"), traced_attention(model, "flash"):
+        pass
+
+
 def test_the_crf_runner_decodes_with_the_trained_transitions(loaded, exported):
     """The CRF's scores come from crf.safetensors, not from a fresh initialisation: with the file's
     scores replaced, the decoding follows them."""
