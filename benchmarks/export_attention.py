@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compression import QUICK_TRAINER, compose, time_models, timing_batches, train_run  # noqa: E402
-from inference import TASKS  # noqa: E402
+from compression import compose, time_models, timing_batches  # noqa: E402
+from inference import TASKS, add_model_arguments, task_run  # noqa: E402
 from int8_onnx_folder import export_int8_onnx  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -102,34 +102,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=lambda s: s.split(","), default=list(TASKS))
-    parser.add_argument("--sst2-run", type=Path, help="a trained SST-2 run folder (else the inference benchmark's, or one is trained)")
-    parser.add_argument("--squad_v1-run", type=Path, help="a trained SQuAD run folder (likewise)")
-    parser.add_argument("--encoder", default="minilm_l6")
-    parser.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
-    parser.add_argument("--batches-b1", type=int, default=48, help="timed batches of 1 per round")
-    parser.add_argument("--batches-b32", type=int, default=4, help="timed batches of 32 per round")
-    parser.add_argument("--rounds", type=int, default=5)
+    add_model_arguments(parser, Path("outputs/benchmarks/export_attention"), rounds=5)
     parser.add_argument("--runs-from", type=Path, default=Path("outputs/benchmarks/inference"),
                         help="where benchmarks/inference.py trained its models (<dir>/<task>/run), reused if there")
-    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/export_attention"))
-    parser.add_argument("--fresh", action="store_true", help="redo the training and the exports")
-    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
     rows = []
     for task in args.tasks:
-        root = args.out / task
-        spec = TASKS[task]
-        overrides = [*spec["overrides"], f"encoder.name_or_path={args.encoder}"]
-        if args.quick:
-            overrides += [*spec["quick"], *QUICK_TRAINER]
         shared = args.runs_from / task / "run"
-        run = getattr(args, f"{task}_run") or (shared if not args.quick and (shared / "metrics.json").is_file()
-                                               else train_run(overrides, root / "run", args.fresh))
-        rows += measure(task, Path(run), root, args)
+        if not args.quick and not getattr(args, f"{task}_run") and (shared / "metrics.json").is_file():
+            setattr(args, f"{task}_run", shared)
+        rows += measure(task, task_run(args, task, args.out / task / "run"), args.out / task, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "export_attention.json").write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in vars(args).items()}}, indent=2))
     text = markdown(rows, args)

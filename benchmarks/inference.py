@@ -156,8 +156,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_model_arguments(parser: argparse.ArgumentParser, out: Path, rounds: int) -> None:
+    """The arguments this benchmark shares with benchmarks/export_attention.py: tasks and their runs, the
+    encoder a run is trained with, the timed batches and rounds, the output folder."""
     parser.add_argument("--tasks", type=lambda s: s.split(","), default=list(TASKS))
     parser.add_argument("--sst2-run", type=Path, help="a trained SST-2 run folder (else one is trained)")
     parser.add_argument("--squad_v1-run", type=Path, help="a trained SQuAD run folder (else one is trained)")
@@ -165,10 +166,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
     parser.add_argument("--batches-b1", type=int, default=48, help="timed batches of 1 per round")
     parser.add_argument("--batches-b32", type=int, default=4, help="timed batches of 32 per round")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/inference"))
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--fresh", action="store_true", help="redo the training and the export")
     parser.add_argument("--quick", action="store_true")
+
+
+def task_run(args: argparse.Namespace, task: str, folder: Path) -> Path:
+    """The run measured for ``task``: --<task>-run, else one trained on the shipped slice into ``folder`` (a
+    finished one there is kept unless --fresh)."""
+    given = getattr(args, f"{task}_run")
+    if given:
+        return Path(given)
+    overrides = [*TASKS[task]["overrides"], f"encoder.name_or_path={args.encoder}"]
+    if args.quick:
+        overrides += [*TASKS[task]["quick"], *QUICK_TRAINER]
+    return train_run(overrides, folder, args.fresh)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(parser, Path("outputs/benchmarks/inference"), rounds=3)
     parser.add_argument("--int8-weights", choices=("per_channel", "per_tensor"), default="per_channel",
                         help="sesame-export --int8-weights of the onnxruntime int8 backend (the README's table: per_tensor)")
     args = parser.parse_args(argv)
@@ -178,14 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     register_resolvers()
     rows = []
     for task in args.tasks:
-        root = args.out / task
-        spec = TASKS[task]
-        overrides = [*spec["overrides"], f"encoder.name_or_path={args.encoder}"]
-        if args.quick:
-            overrides += [*spec["quick"], *QUICK_TRAINER]
-        run = getattr(args, f"{task}_run") or train_run(overrides, root / "run", args.fresh)
-        onnx_dir = export_int8_onnx(Path(run), root / "onnx", args.fresh, args.int8_weights)
-        rows += measure(task, Path(run), onnx_dir, args)
+        run = task_run(args, task, args.out / task / "run")
+        onnx_dir = export_int8_onnx(run, args.out / task / "onnx", args.fresh, args.int8_weights)
+        rows += measure(task, run, onnx_dir, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "inference.json").write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in vars(args).items()}}, indent=2))
     text = markdown(rows)

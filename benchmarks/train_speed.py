@@ -16,6 +16,8 @@ Arms (``--arms``; the reference is ``hf``):
   sesame          sesame-train's own code (``tasks/runs/runner.py`` ``train``), with ``--sesame-override``s
   sesame_grouped  the same with ``data.group_by_length=true``
   sesame_grouped_padded  grouped, and batches padded to a multiple of 32 tokens (``data.pad_to_multiple_of=32``)
+  sesame_bf16     ``sesame`` with ``trainer.precision=bf16-mixed``
+  sesame_fast     grouped, padded to 32 and bf16: the full-data study's speed arm (what it costs, setting by setting)
   hf              Trainer, dynamic padding (pad to the batch's longest), and sesame's shuffle: the
                   two sides train on the very same batches, in the same order
   hf_max_length   Trainer, every batch padded to ``data.max_seq_length``, same batches
@@ -82,6 +84,12 @@ TASKS: dict[str, dict[str, Any]] = {
         "files": ["sst2/train.tsv", "sst2/dev.tsv"], "hf": "sequence", "batch_size": 32,
         "label": "SST-2 (short sentences)",
     },
+    "cola": {
+        "overrides": ["task=glue", "data=cola", "pooling=pooler"],
+        "quick": ["task=glue", "data=sst2_slice", "pooling=pooler"],
+        "files": ["cola/in_domain_train.tsv", "cola/in_domain_dev.tsv"], "hf": "sequence", "batch_size": 32,
+        "label": "CoLA (very short sentences)",
+    },
     "squad256": {
         "overrides": ["task=squad_v1", "data=squad_v1", "data.max_seq_length=256", "data.doc_stride=128"],
         "quick": ["task=squad_v1", "data=squad_v1_slice", "data.max_seq_length=256", "data.doc_stride=128"],
@@ -101,6 +109,9 @@ TASKS: dict[str, dict[str, Any]] = {
         "label": "WNUT-17 NER (tweets)",
     },
 }
+#: What sesame ships for speed, as the full-data study's sesame_fast arm trains with it: length-grouped
+#: batches padded to a multiple of 32 tokens, bf16 autocast.
+FAST_SETTINGS = ["data.group_by_length=true", "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed"]
 #: arm -> how it trains. side: sesame | hf; padding: dynamic | max_length; order: sesame (the very
 #: batches sesame trains on) | group_by_length (the Trainer's LengthGroupedSampler); optim: the
 #: TrainingArguments optimiser (None: --hf-optim).
@@ -108,6 +119,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame": {"side": "sesame", "overrides": []},
     "sesame_grouped": {"side": "sesame", "overrides": ["data.group_by_length=true"]},
     "sesame_grouped_padded": {"side": "sesame", "overrides": ["data.group_by_length=true", "data.pad_to_multiple_of=32"]},
+    "sesame_bf16": {"side": "sesame", "overrides": ["trainer.precision=bf16-mixed"], "precision_mirrored": False},
+    # the full-data study's sesame_fast arm (benchmarks/full_data_study.py ARMS), less its validations
+    "sesame_fast": {"side": "sesame", "overrides": FAST_SETTINGS, "precision_mirrored": False},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},
     "hf_max_length": {"side": "hf", "padding": "max_length", "order": "sesame", "optim": None},
     "hf_grouped": {"side": "hf", "padding": "dynamic", "order": "group_by_length", "optim": None},
@@ -320,8 +334,9 @@ class StepRecorder:
 
 
 # The sesame side -----------------------------------------------------------------------------------
-def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path) -> dict[str, Any]:
-    """sesame's own training (``tasks/runs/runner.py`` ``train``) with a timing callback; its metrics.json."""
+def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path, precision_mirrored: bool = True) -> dict[str, Any]:
+    """sesame's own training (``tasks/runs/runner.py`` ``train``) with a timing callback; its metrics.json.
+    ``precision_mirrored=False``: an arm that times a precision the reference does not run (bf16)."""
     import lightning as L
     from sesame.tasks.runs import runner
 
@@ -348,7 +363,7 @@ def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path) -> 
     try:
         base = compose("config", overrides)
         cfg = compose("config", [*overrides, *trainer_overrides(base, steps)])
-        check_mirrorable(cfg)
+        check_mirrorable(cfg, precision=precision_mirrored)
         started = time.perf_counter()
         metrics = runner.train(cfg, run_dir)
         total = time.perf_counter() - started
@@ -360,14 +375,15 @@ def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path) -> 
             "settings": settings_of(cfg)}
 
 
-def check_mirrorable(cfg: Any) -> None:
-    """The reference mirrors full fine-tuning in fp32 without gradient accumulation."""
+def check_mirrorable(cfg: Any, precision: bool = True) -> None:
+    """The reference mirrors full fine-tuning in fp32 without gradient accumulation (``precision=False``:
+    any precision, for an arm whose precision is the point and is reported as such)."""
     problems = []
     if cfg.finetune.mode != "full":
         problems.append(f"finetune.mode={cfg.finetune.mode}")
     if int(cfg.trainer.get("accumulate_grad_batches", 1)) != 1:
         problems.append(f"trainer.accumulate_grad_batches={cfg.trainer.accumulate_grad_batches}")
-    if str(cfg.trainer.precision) not in ("32-true", "32"):
+    if precision and str(cfg.trainer.precision) not in ("32-true", "32"):
         problems.append(f"trainer.precision={cfg.trainer.precision}")
     if cfg.get("fusion", {}).get("mode", "last") != "last":
         problems.append(f"fusion={cfg.fusion.mode}")
@@ -576,7 +592,7 @@ def child(spec_file: Path) -> None:
     arm = ARMS[spec["arm"]]
     if arm["side"] == "sesame":
         result = run_sesame([*spec["overrides"], *arm["overrides"], *spec["sesame_overrides"]], spec["steps"],
-                            spec["warmup"], run_dir / "sesame_run")
+                            spec["warmup"], run_dir / "sesame_run", precision_mirrored=arm.get("precision_mirrored", True))
         if not spec["evaluate"]:
             result["metric_value"] = None
     else:
