@@ -105,6 +105,9 @@ def test_the_fast_arm_is_sesame_with_its_speed_settings_and_only_the_plain_arm_i
     assert fast["side"] == "sesame" and fast["mirrored"] is False
     assert {"data.group_by_length=true", "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed"} <= set(fast["overrides"])
     assert fds.ARMS["sesame"].get("mirrored", True) and fds.ARMS["sesame"]["overrides"] == []
+    grouped = fds.ARMS["sesame_grouped"]  # the fast arm less its pad multiple, counted by the speed goal
+    assert set(grouped["overrides"]) == set(fast["overrides"]) - {"data.pad_to_multiple_of=32"} and not grouped["mirrored"]
+    assert "sesame_grouped" in fds.SPEED_GOAL_ARMS
 
 
 def test_the_sweep_picks_on_held_out_data_and_only_once_every_candidate_finished(fds, tmp_path):
