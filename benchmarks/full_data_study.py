@@ -166,7 +166,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_grouped": {"side": "sesame", "mirrored": False,
                        "overrides": [s for s in FAST_SETTINGS if not s.startswith("data.pad_to_multiple_of=")]
                        + ["trainer.val_check_interval=0.5"],
-                       "label": "`sesame_fast` without the pad multiple: length-grouped batches padded to their longest, bf16"},
+                       "label": "`sesame_fast` without the pad multiple: length-grouped batches padded to their longest, bf16 "
+                                "(for short sentences; on long pairs its many batch shapes cost memory, see the causes traced)"},
     # Tracing (not in the default --arms): the Trainer arm with its task layer initialised as sesame's heads
     # are (torch's default Linear init) instead of transformers' normal(0, 0.02) with zero bias
     "hf_torch_init": {"side": "hf", "overrides": [], "head_init": "torch",
@@ -1329,6 +1330,11 @@ TRACED_CAUSES = [
      "to 32 they are 64%. Per training step against the Trainer: grouping alone 0.57x, grouped and padded 1.46x, bf16 "
      "alone 0.78x, all three (the arm) 1.05x; on SST-2 0.30x, 0.85x, 0.69x and 0.56x "
      "(`docs/results/fast_arm_ablation.md`, from `benchmarks/train_speed.py`)."),
+    ("RTE, `sesame_grouped` (the fast arm without the pad multiple) is no speed arm for long pairs: 5.0-5.3 CPU minutes "
+     "against `sesame_fast`'s 3.6-3.9, and a peak RSS of 3242-3379 MiB, 1.18-1.23x the Trainer's 2728-2752 (`sesame_fast` "
+     "2269-2388): grouped batches padded to their own longest come in many shapes, and the allocator keeps memory for "
+     "each (`docs/results/peak_rss_allocator.md`). The pad multiple pays on long inputs; on CoLA's short sentences "
+     "(above) it does not."),
 ]
 
 
