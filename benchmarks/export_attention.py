@@ -54,6 +54,7 @@ def measure(task: str, run: Path, root: Path, args: argparse.Namespace) -> list[
     cfg = compose("eval", [*TASKS[task]["overrides"], *(TASKS[task]["quick"] if args.quick else []), f"model={run}"])
     _, data_cfg = load_for_evaluation(cfg)
     torch.set_num_threads(1)
+    traced = {t: json.loads((folders[t] / "export.json").read_text())["attention"] for t in TRACES}
     rows = []
     for graph in (MODEL_FILE, INT8_FILE):
         ops = {t: op_counts(folders[t] / graph) for t in TRACES}
@@ -80,8 +81,7 @@ def measure(task: str, run: Path, root: Path, args: argparse.Namespace) -> list[
                          "latency_ms_model_attention": ms["model"], "latency_ms_eager": ms["eager"],
                          "speedup_eager": ms["model"] / ms["eager"], "max_abs_diff": diff,
                          "ops_differing_model_eager": differing,
-                         "attention_traced": {t: json.loads((folders[t] / "export.json").read_text())["attention"]
-                                              for t in TRACES}})
+                         "attention_traced": traced})
     return rows
 
 

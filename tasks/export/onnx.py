@@ -93,16 +93,17 @@ def traced_attention(model: torch.nn.Module, attention: str = "eager") -> Iterat
         model.set_attn_implementation(before)
 
 
-def drop_node_metadata(path: Path) -> None:
+def drop_node_metadata(model: Any) -> bool:
     """Drop the per-node debugging metadata torch.export writes (stack traces, module paths: about 2.5 kB
-    a node). onnxruntime's int8 pre-processing drops it only from the nodes it rewrites, so an int8 graph
-    of a small model could be several times its weights; external weight files stay where they are."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
+    a node) from ``model`` (an onnx ModelProto); True when there was any. onnxruntime's int8 pre-processing
+    drops it only from the nodes it rewrites, so an int8 graph of a small model could be several times its
+    weights."""
+    dropped = False
     for node in model.graph.node:
-        del node.metadata_props[:]
-    onnx.save(model, str(path))
+        if node.metadata_props:
+            del node.metadata_props[:]
+            dropped = True
+    return dropped
 
 
 @known_noise_silenced()
@@ -130,7 +131,6 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
                 dynamic_shapes={n: {0: batch, 1: length} for n in names}, external_data=large, verbose=False,
                 **({"opset_version": opset} if opset else {}),
             )
-            drop_node_metadata(path)
         else:
             out_axes = {0: "batch", 1: "length"} if task.per_token_outputs else {0: "batch"}
             torch.onnx.export(
@@ -256,6 +256,8 @@ def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, expo
 
         model = onnx.load(str(folder / MODEL_FILE), load_external_data=False)
         report["opset"] = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        if drop_node_metadata(model):  # external weight files stay where they are
+            onnx.save(model, str(folder / MODEL_FILE))
         del model
         onnx.checker.check_model(str(folder / MODEL_FILE))
         session = new_session(folder / MODEL_FILE, threads=threads)
