@@ -1271,6 +1271,24 @@ def fastest_held_arm(records: list[dict[str, Any]], task: str,
     return min(speeds) if speeds else None
 
 
+def training_rss(records: list[dict[str, Any]], task: str, arm: str) -> tuple[float, float] | None:
+    """(``arm``'s, the Trainer's) peak RSS in MiB while training (up to the first validation), the highest seed of
+    each; None while either has no run. The whole-run peak would favour sesame: the Trainer arm's scoring loads
+    each epoch's saved model."""
+    def peak(name: str) -> float | None:
+        values = [r["peak_rss_before_eval_mib"] for r in records
+                  if r["task"] == task and r["arm"] == name and r.get("peak_rss_before_eval_mib")]
+        return max(values) if values else None
+
+    mine, ref = peak(arm), peak("hf")
+    return (mine, ref) if mine and ref else None
+
+
+def rss_cell(peaks: tuple[float, float]) -> str:
+    """"1.04x (+84 MiB)": a training peak against the Trainer's."""
+    return f"{peaks[0] / peaks[1]:.2f}x ({peaks[0] - peaks[1]:+.0f} MiB)"
+
+
 def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     """Issue 25's three goals checked on the run records, with the numbers: a table per task and one verdict
     per goal (met, missed, or pending while units it needs are running)."""
@@ -1278,7 +1296,7 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
         return [100 * v for v in final_metrics(records, task, arm)]
 
     tta = speed_arm_reaches(records)
-    rows, quality, fast, best = [], {}, {}, {}
+    rows, quality, fast, best, memory = [], {}, {}, {}, {}
     for task in ORDER:
         complete = lambda arm: len(final(task, arm)) >= TASKS[task]["seeds"]  # noqa: E731
         running = "" if complete("sesame") and complete("hf") else " (running)"
@@ -1308,7 +1326,13 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
                 third = f"{gap:+.2f}" + ("" if done else " (running)")
                 if done:
                     best[task] = gap
-        rows.append(f"| {TASKS[task]['label']} | {first} | {second} | {third} |")
+        rss = training_rss(records, task, "sesame")
+        fourth = rss_cell(rss) if rss else "running"
+        if rss and fastest and fastest[1] != "sesame":
+            fourth += f"; {fastest[1]} {rss_cell(training_rss(records, task, fastest[1]))}"
+        if rss and not running:
+            memory[TASKS[task]["label"]] = rss
+        rows.append(f"| {TASKS[task]['label']} | {first} | {second} | {third} | {fourth} |")
 
     def verdict(done: int, needed: int, met: bool | None) -> str:
         return ("pending" if met is None else "**met**" if met else "**missed**") + f" ({done} of {needed} tasks settled)"
@@ -1321,13 +1345,17 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     mean_best = statistics.fmean(best.values()) if best else None
     goal3 = (mean_best >= BEST_GOAL_POINTS) if len(best) == len(SWEEP_TASKS) else None
     failed = [TASKS[t]["label"] for t, ok in quality.items() if not ok]
+    above = [f"{t} {rss_cell(peaks)}" for t, peaks in memory.items() if peaks[0] > peaks[1]]
+    lighter = (f"on {len(memory) - len(above)} of {len(memory)} settled tasks" + (f"; above on {', '.join(above)}" if above else "")
+               if memory else "pending")
     return [
         "Goals of issue 25, checked on these run records (points; the allowed shortfall is the Trainer's std, at "
         "most 1 point; the speed column is the fastest of the " + ", ".join(f"`{a}`" for a in SPEED_GOAL_ARMS) + " arms whose dev metric "
         "holds by the same rule, timed where its dev curve averaged over its seeds first reaches the mean of the "
         "Trainer's final metrics, over the Trainer's mean CPU time):", "",
-        "| task | sesame default − Trainer | CPU time to the Trainer's final metric | best recipe − Trainer |",
-        "|---|---|---|---|", *rows, "",
+        "| task | sesame default − Trainer | CPU time to the Trainer's final metric | best recipe − Trainer "
+        "| peak RSS while training / the Trainer's |",
+        "|---|---|---|---|---|", *rows, "",
         f"1. sesame default ≥ the Trainer within the allowed shortfall on every task: {verdict(len(quality), n, goal1)}"
         + (f"; not on {', '.join(failed)}" if failed else "") + ".",
         f"2. ≤ {SPEED_GOAL_RATIO}x the Trainer's CPU time on ≥ {SPEED_GOAL_TASKS} of {n} tasks: "
@@ -1335,6 +1363,8 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
         f"3. best recipe ≥ {BEST_GOAL_POINTS:g} point over the Trainer, averaged over the {len(SWEEP_TASKS)} GLUE tasks: "
         f"{verdict(len(best), len(SWEEP_TASKS), goal3)}"
         + (f"; {mean_best:+.2f} over the finished ones" if mean_best is not None else "") + ".",
+        "", f"Memory (item 3): sesame default's peak RSS while training (up to the first validation, the highest seed) "
+        f"≤ the Trainer's: {lighter}.",
         "", "Causes traced:", "", *(f"- {cause}" for cause in TRACED_CAUSES),
     ]
 

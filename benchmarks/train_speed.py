@@ -17,6 +17,7 @@ Arms (``--arms``; the reference is ``hf``):
   sesame_grouped  the same with ``data.group_by_length=true``
   sesame_grouped_padded  grouped, and batches padded to a multiple of 32 tokens (``data.pad_to_multiple_of=32``)
   sesame_bf16     ``sesame`` with ``trainer.precision=bf16-mixed``
+  sesame_grouped_bf16  grouped and bf16, no pad multiple: the full-data study's ``sesame_grouped`` arm
   sesame_fast     grouped, padded to 32 and bf16: the full-data study's speed arm (what it costs, setting by setting)
   hf              Trainer, dynamic padding (pad to the batch's longest), and sesame's shuffle: the
                   two sides train on the very same batches, in the same order
@@ -120,6 +121,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_grouped": {"side": "sesame", "overrides": ["data.group_by_length=true"]},
     "sesame_grouped_padded": {"side": "sesame", "overrides": ["data.group_by_length=true", "data.pad_to_multiple_of=32"]},
     "sesame_bf16": {"side": "sesame", "overrides": ["trainer.precision=bf16-mixed"], "precision_mirrored": False},
+    "sesame_grouped_bf16": {"side": "sesame", "overrides": ["data.group_by_length=true", "trainer.precision=bf16-mixed"],
+                            "precision_mirrored": False},
     # the full-data study's sesame_fast arm (benchmarks/full_data_study.py ARMS), less its validations
     "sesame_fast": {"side": "sesame", "overrides": FAST_SETTINGS, "precision_mirrored": False},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},
@@ -738,7 +741,7 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
         "",
         f"Same batches on both sides (examples and real tokens per step, sesame vs hf, every repetition): {same}.",
         *([("Length-grouped arms train on other batches than hf (that is their point): compare their tokens/s "
-            "and examples/s, not their step times.")] if {"sesame_grouped", "sesame_grouped_padded", "hf_grouped"} & set(args.arms) else []),
+            "and examples/s, not their step times.")] if {"sesame_grouped", "sesame_grouped_padded", "sesame_grouped_bf16", "hf_grouped"} & set(args.arms) else []),
         (f"SQuAD training windows: {meta['train_windows']}. Sesame-only overrides: "
          f"{' '.join(args.sesame_override) or 'none'}; overrides for both: {' '.join(args.override) or 'none'}. "
          f"Optimisers: {optimisers}."),
