@@ -49,7 +49,7 @@ over repetitions.
     python benchmarks/train_speed.py --tasks squad384 --train-windows with_answer --batch-size 12
     python benchmarks/train_speed.py --sesame-override data.num_workers=1 --override data.max_train_examples=2000
 
-Data comes from $SESAME_DATA_DIR (default ../shared/data; see its SOURCES.md): SST-2 train/dev, the
+Data comes from $SESAME_DATA_DIR (default ../shared/data; see its SOURCES.md): SST-2, CoLA and MRPC train/dev, the
 SQuAD v1.1 train subset (first ``--squad-questions`` questions, default 1,000; dev = the official dev
 set) and WNUT-17 (its test set is not read). Writes ``--out`` (default
 outputs/benchmarks/train_speed/): ``train_speed.md`` (the tables), ``train_speed.json`` (every raw
@@ -90,6 +90,12 @@ TASKS: dict[str, dict[str, Any]] = {
         "quick": ["task=glue", "data=sst2_slice", "pooling=pooler"],
         "files": ["cola/in_domain_train.tsv", "cola/in_domain_dev.tsv"], "hf": "sequence", "batch_size": 32,
         "label": "CoLA (very short sentences)",
+    },
+    "mrpc": {
+        "overrides": ["task=glue", "data=mrpc", "pooling=pooler"],
+        "quick": ["task=glue", "data=sst2_slice", "pooling=pooler"],
+        "files": ["mrpc/train.tsv", "mrpc/dev.tsv"], "hf": "sequence", "batch_size": 32,
+        "label": "MRPC (sentence pairs)",
     },
     "squad256": {
         "overrides": ["task=squad_v1", "data=squad_v1", "data.max_seq_length=256", "data.doc_stride=128"],
@@ -155,7 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=3, help="first steps left out of the timing (default 3)")
     parser.add_argument("--reps", type=int, default=2, help="interleaved repetitions (default 2)")
     parser.add_argument("--batch-size", type=int, default=None,
-                        help="training batch size for every task (default: 12 for SQuAD, as in the issue; 32 for SST-2 and WNUT-17)")
+                        help="training batch size for every task (default: 12 for SQuAD, as in the issue; 32 for the GLUE tasks and WNUT-17)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads in every child (default: torch's). On a shared machine use 1")
     parser.add_argument("--train-windows", choices=("all", "with_answer"), default="all",
