@@ -1381,6 +1381,10 @@ TRACED_CAUSES = [
      "2269-2388): grouped batches padded to their own longest come in many shapes, and the allocator keeps memory for "
      "each (`docs/results/peak_rss_allocator.md`). The pad multiple pays on long inputs; on CoLA's short sentences "
      "(above) it does not."),
+    ("Memory, sesame default above the Trainer while training on MRPC (+84 MiB) and STS-B (+132 MiB): glibc's heap, "
+     "not sesame. One epoch of MRPC on the same batches, twice per arm: sesame 2260 and 2326 MiB, the Trainer 2287 and "
+     "2205 (the same work moves 66-82 MiB between processes); with `MALLOC_MMAP_THRESHOLD_=65536` 1703 against 1710, "
+     "and sesame starts training 11 MiB lower (`docs/results/peak_rss_allocator.md`)."),
 ]
 
 
