@@ -84,6 +84,7 @@ from compression import compose  # noqa: E402
 from readme_section import section_in, with_section  # noqa: E402
 from train_speed import (  # noqa: E402
     FAST_SETTINGS,
+    GROUPED_BF16_SETTINGS,
     HF_KEYS,
     OFFLINE,
     HFExamples,
@@ -164,8 +165,7 @@ ARMS: dict[str, dict[str, Any]] = {
     # tokens costs more than bf16 saves (docs/results/fast_arm_ablation.md: CoLA 1.05x the Trainer's step with it,
     # grouping alone 0.57x)
     "sesame_grouped": {"side": "sesame", "mirrored": False,
-                       "overrides": [s for s in FAST_SETTINGS if not s.startswith("data.pad_to_multiple_of=")]
-                       + ["trainer.val_check_interval=0.5"],
+                       "overrides": [*GROUPED_BF16_SETTINGS, "trainer.val_check_interval=0.5"],
                        "label": "`sesame_fast` without the pad multiple: length-grouped batches padded to their longest, bf16 "
                                 "(for short sentences; on long pairs its many batch shapes cost memory, see the causes traced)"},
     # Tracing (not in the default --arms): the Trainer arm with its task layer initialised as sesame's heads

@@ -118,17 +118,19 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 #: What sesame ships for speed, as the full-data study's sesame_fast arm trains with it: length-grouped
 #: batches padded to a multiple of 32 tokens, bf16 autocast.
-FAST_SETTINGS = ["data.group_by_length=true", "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed"]
+GROUPED = "data.group_by_length=true"
+FAST_SETTINGS = [GROUPED, "data.pad_to_multiple_of=32", "trainer.precision=bf16-mixed"]
+#: FAST_SETTINGS less the pad multiple: grouped batches padded to their longest, bf16 (the study's sesame_grouped)
+GROUPED_BF16_SETTINGS = [s for s in FAST_SETTINGS if not s.startswith("data.pad_to_multiple_of=")]
 #: arm -> how it trains. side: sesame | hf; padding: dynamic | max_length; order: sesame (the very
 #: batches sesame trains on) | group_by_length (the Trainer's LengthGroupedSampler); optim: the
 #: TrainingArguments optimiser (None: --hf-optim).
 ARMS: dict[str, dict[str, Any]] = {
     "sesame": {"side": "sesame", "overrides": []},
-    "sesame_grouped": {"side": "sesame", "overrides": ["data.group_by_length=true"]},
-    "sesame_grouped_padded": {"side": "sesame", "overrides": ["data.group_by_length=true", "data.pad_to_multiple_of=32"]},
+    "sesame_grouped": {"side": "sesame", "overrides": [GROUPED]},
+    "sesame_grouped_padded": {"side": "sesame", "overrides": [GROUPED, "data.pad_to_multiple_of=32"]},
     "sesame_bf16": {"side": "sesame", "overrides": ["trainer.precision=bf16-mixed"], "precision_mirrored": False},
-    "sesame_grouped_bf16": {"side": "sesame", "overrides": ["data.group_by_length=true", "trainer.precision=bf16-mixed"],
-                            "precision_mirrored": False},
+    "sesame_grouped_bf16": {"side": "sesame", "overrides": GROUPED_BF16_SETTINGS, "precision_mirrored": False},
     # the full-data study's sesame_fast arm (benchmarks/full_data_study.py ARMS), less its validations
     "sesame_fast": {"side": "sesame", "overrides": FAST_SETTINGS, "precision_mirrored": False},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},
@@ -137,6 +139,13 @@ ARMS: dict[str, dict[str, Any]] = {
     "hf_fused": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": "adamw_torch_fused"},
 }
 REFERENCE = "hf"
+
+
+def length_grouped(arm: str) -> bool:
+    """Whether ``arm`` trains on length-grouped batches (sesame's ``data.group_by_length``, the Trainer's sampler)."""
+    return GROUPED in ARMS[arm].get("overrides", []) or ARMS[arm].get("order") == "group_by_length"
+
+
 #: Inputs the Hugging Face models read, per kind of head.
 HF_KEYS = {
     "sequence": ("input_ids", "attention_mask", "token_type_ids", "labels"),
@@ -747,7 +756,7 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
         "",
         f"Same batches on both sides (examples and real tokens per step, sesame vs hf, every repetition): {same}.",
         *([("Length-grouped arms train on other batches than hf (that is their point): compare their tokens/s "
-            "and examples/s, not their step times.")] if {"sesame_grouped", "sesame_grouped_padded", "sesame_grouped_bf16", "hf_grouped"} & set(args.arms) else []),
+            "and examples/s, not their step times.")] if any(map(length_grouped, args.arms)) else []),
         (f"SQuAD training windows: {meta['train_windows']}. Sesame-only overrides: "
          f"{' '.join(args.sesame_override) or 'none'}; overrides for both: {' '.join(args.override) or 'none'}. "
          f"Optimisers: {optimisers}."),
@@ -776,8 +785,9 @@ def main(argv: list[str] | None = None) -> None:
         "with_answer (data.train_windows is not in this sesame; its built-in v1 behaviour, on both sides)"
     if not available["train_windows"]:
         print(f"note: {train_windows}", flush=True)
-    if "sesame_grouped" in args.arms and not available["group_by_length"]:
-        sys.exit("error: the sesame_grouped arm needs data.group_by_length, which this sesame does not have")
+    needs_grouping = [a for a in args.arms if ARMS[a]["side"] == "sesame" and length_grouped(a)]
+    if needs_grouping and not available["group_by_length"]:
+        sys.exit(f"error: the {', '.join(needs_grouping)} arm(s) need data.group_by_length, which this sesame does not have")
     import lightning
     import torch
     import transformers
