@@ -886,6 +886,17 @@ def run_attempt(args: argparse.Namespace, unit: dict[str, Any], folder: Path, at
     return record
 
 
+def attempts_on_record(result: dict[str, Any]) -> bool:
+    """Whether a unit's attempts cover its whole training (not so when it resumed from another folder's checkpoint)."""
+    return result["all_attempts_cpu_s"] >= result["train_cpu_s"]
+
+
+def attempts_cpu_cell(rows: list[dict[str, Any]]) -> str:
+    """Mean CPU minutes of every attempt of the rows' units; '≥' where some attempts are not on record."""
+    mean = statistics.fmean(r["all_attempts_cpu_s"] for r in rows) / 60
+    return f"{'' if all(attempts_on_record(r) for r in rows) else '≥ '}{mean:.1f}"
+
+
 def finish_unit(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Merge the child's result with every attempt's cost; drop resume state unless kept."""
     result = json.loads((folder / "result.child.json").read_text())
@@ -1518,8 +1529,11 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                     f"| {task} | {arm} | {len(rows)} | {avg('train_wall_s') / 60:.1f} | {avg('train_cpu_s') / 60:.1f} | "
                     f"{avg('eval_wall_s') / 60:.1f} | {rows[0]['steps_per_epoch']} | "
                     f"{statistics.fmean(before) if before else float('nan'):.0f} | {avg('peak_rss_mib'):.0f} | "
-                    f"{sum(len(r['attempts']) for r in rows)} | {avg('all_attempts_cpu_s') / 60:.1f} |")
+                    f"{sum(len(r['attempts']) for r in rows)} | {attempts_cpu_cell(rows)} |")
         lines.append("")
+        if any(not attempts_on_record(r) for r in results):
+            lines += [("≥: a unit of that row resumed from a checkpoint whose earlier attempts ran in another out "
+                       "folder, so only its later attempts are on record (their CPU is below its training CPU)."), ""]
     study = argparse.Namespace(**{**vars(args), "sweep": False})
     missing = [(u, unit_state(unit_dir(args.base_out, u))) for u in plan(study)
                if not (unit_dir(args.base_out, u) / "result.json").is_file()]

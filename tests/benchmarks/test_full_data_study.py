@@ -100,6 +100,14 @@ def test_time_to_accuracy_and_report(fds, tmp_path):
     assert "0.6400 (n=1)" in text
 
 
+def test_attempts_cost_is_a_lower_bound_when_a_unit_resumed_from_another_folder(fds):
+    whole = fake_result("rte", "sesame", 1, [0.5, 0.6], 100.0)  # 200 CPU s of training, 400 s of attempts
+    resumed = {**fake_result("rte", "sesame", 2, [0.5, 0.6], 100.0), "all_attempts_cpu_s": 150.0}
+    assert fds.attempts_on_record(whole) and not fds.attempts_on_record(resumed)
+    assert fds.attempts_cpu_cell([whole]) == "6.7"
+    assert fds.attempts_cpu_cell([whole, resumed]) == "≥ 4.6"
+
+
 def test_the_fast_arm_is_sesame_with_its_speed_settings_and_only_the_plain_arm_is_mirrored(fds):
     fast = fds.ARMS["sesame_fast"]
     assert fast["side"] == "sesame" and fast["mirrored"] is False
