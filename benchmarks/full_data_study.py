@@ -103,6 +103,12 @@ DEFAULT_REPORT = REPO / "docs" / "results" / "full_data_study.md"
 RUN_RECORDS = DEFAULT_REPORT.parent / DEFAULT_REPORT.stem / "runs"
 README = REPO / "README.md"
 README_BEGIN, README_END = "<!-- full-data-study:begin -->", "<!-- full-data-study:end -->"
+#: Per-step CPU of the speed arms against the Trainer's, measured side by side (interleaved repetitions, one machine)
+#: by benchmarks/train_speed.py on a task's recipe, one JSON per task: the time of arms whose units ran on different
+#: machines (``machines_of``) comes from these instead of their CPU seconds.
+STEP_COSTS = DEFAULT_REPORT.parent / DEFAULT_REPORT.stem / "step_costs"
+#: the study's arm -> train_speed.py's arm with the same settings
+STEP_COST_ARMS = {"sesame": "sesame", "sesame_fast": "sesame_fast", "sesame_grouped": "sesame_grouped_bf16"}
 #: Published dev-set figures of other small encoders, for context only (different models and recipes).
 PUBLISHED: dict[str, str] = {
     "rte": "MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ",
@@ -879,11 +885,41 @@ def run_attempt(args: argparse.Namespace, unit: dict[str, Any], folder: Path, at
         proc.returncode = os.waitstatus_to_exitcode(status)
         stop.child = None
     record = {"attempt": attempt, "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+              "boot": boot_time(),
               "wall_s": time.time() - started, "cpu_s": usage.ru_utime + usage.ru_stime,
               "peak_rss_mib": usage.ru_maxrss / 1024, "returncode": proc.returncode}
     attempts = json.loads((folder / "attempts.json").read_text()) if (folder / "attempts.json").is_file() else []
     write_json(folder / "attempts.json", [*attempts, record])
     return record
+
+
+def boot_time() -> str | None:
+    """When this machine booted (minute resolution; None off Linux): which machine an attempt ran on. CPU seconds
+    of the same work differ by up to 1.5x between the machines this study ran on (``TRACED_CAUSES``)."""
+    try:
+        up = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return datetime.datetime.fromtimestamp(time.time() - up).isoformat(timespec="minutes")
+
+
+#: Boots of the machines that ran attempts recorded before attempts carried their ``boot``: such an attempt ran on
+#: the latest of these that precedes it (the 2026-12-04T19:18 boot was a fresh machine; the units before it ran on
+#: an earlier one).
+KNOWN_BOOTS = ("2026-12-04T19:18",)
+
+
+def machines_of(result: dict[str, Any]) -> set[str]:
+    """The machines (boots) a unit's attempts ran on; "unknown" for an attempt without a start time."""
+    machines = set()
+    for attempt in result.get("attempts") or [{}]:
+        started = attempt.get("started")
+        if attempt.get("boot") or not started:
+            machines.add(attempt.get("boot") or "unknown")
+            continue
+        before = [b for b in KNOWN_BOOTS if b <= started[:16]]
+        machines.add(before[-1] if before else f"before {KNOWN_BOOTS[0]}")
+    return machines
 
 
 def attempts_on_record(result: dict[str, Any]) -> bool:
@@ -1041,6 +1077,24 @@ def time_to_accuracy(results: list[dict[str, Any]], arm: str = "sesame", ref: st
     return rows
 
 
+def step_cost_ratio(task: str, arm: str, recipe: dict[str, Any], folder: Path | None = None) -> float | None:
+    """``arm``'s median step CPU over the Trainer's, median over the interleaved repetitions of ``folder/<task>.json``
+    (a benchmarks/train_speed.py result); None without one, or when its batch size or max length is not ``recipe``'s."""
+    file = (folder or STEP_COSTS) / f"{task}.json"
+    if arm not in STEP_COST_ARMS or not file.is_file():
+        return None
+    runs = json.loads(file.read_text())["runs"]
+    if any(r["settings"].get(k) != recipe.get(k) for r in runs for k in ("batch_size", "max_seq_length")):
+        return None
+
+    def per_rep(name: str) -> dict[int, float]:
+        return {r["rep"]: r["step_cpu_median_s"] for r in runs if r["arm"] == name}
+
+    mine, ref = per_rep(STEP_COST_ARMS[arm]), per_rep("hf")
+    ratios = [mine[rep] / ref[rep] for rep in mine if rep in ref]
+    return statistics.median(ratios) if ratios else None
+
+
 def mean_time_to_accuracy(results: list[dict[str, Any]], arm: str, ref: str = "hf") -> list[dict[str, Any]]:
     """The rule the speed goal and the README use, per task where both arms have finished seeds: the arm's dev
     curve averaged over its seeds (metric and training seconds at each validation; seeds share the schedule, the
@@ -1063,16 +1117,29 @@ def mean_time_to_accuracy(results: list[dict[str, Any]], arm: str, ref: str = "h
         curve = [{key: statistics.fmean(r["history"][i][key] for r in mine) for key in ("train_cpu_s", "train_wall_s")}
                  | {"metric": statistics.fmean(r["history"][i]["metrics"].get(metric, float("-inf")) for r in mine)}
                  for i in range(length)]
-        hit = next((point for point in curve if point["metric"] >= target), None)
+        hit = next((i for i, point in enumerate(curve) if point["metric"] >= target), None)
         ref_cpu = statistics.fmean(r["train_cpu_s"] for r in theirs)
         ref_wall = statistics.fmean(r["train_wall_s"] for r in theirs)
+        # the step of that validation over the Trainer's steps, at the per-step cost of a side-by-side measurement
+        steps = (mine[0]["history"][hit]["step"] / statistics.fmean(r["final"]["step"] for r in theirs)
+                 if hit is not None else None)
+        step_cost = step_cost_ratio(task, arm, theirs[0].get("settings", {}))
+        machines = set().union(*(machines_of(r) for r in mine + theirs))
         rows.append({"task": task, "arm": arm, "metric": metric, "seeds": len(mine), "ref_seeds": len(theirs),
                      "target": target, "arm_final": curve[-1]["metric"],
-                     "arm_cpu_to_target": hit["train_cpu_s"] if hit else None, "ref_cpu": ref_cpu,
-                     "cpu_ratio": hit["train_cpu_s"] / ref_cpu if hit else None,
-                     "wall_ratio": hit["train_wall_s"] / ref_wall if hit else None,
-                     "total_cpu_ratio": statistics.fmean(r["train_cpu_s"] for r in mine) / ref_cpu})
+                     "arm_cpu_to_target": curve[hit]["train_cpu_s"] if hit is not None else None, "ref_cpu": ref_cpu,
+                     "cpu_ratio": curve[hit]["train_cpu_s"] / ref_cpu if hit is not None else None,
+                     "wall_ratio": curve[hit]["train_wall_s"] / ref_wall if hit is not None else None,
+                     "total_cpu_ratio": statistics.fmean(r["train_cpu_s"] for r in mine) / ref_cpu,
+                     "same_machine": len(machines) == 1, "step_cost_ratio": step_cost,
+                     "side_by_side_ratio": steps * step_cost if steps is not None and step_cost is not None else None})
     return rows
+
+
+def goal_ratio(row: dict[str, Any]) -> float | None:
+    """The CPU ratio the speed goal counts: measured where the arm and the Trainer ran on one machine, else the
+    side-by-side one (None without a side-by-side measurement: CPU seconds of two machines do not compare)."""
+    return row["cpu_ratio"] if row["same_machine"] else row["side_by_side_ratio"]
 
 
 def reach_cells(t: dict[str, Any]) -> str:
@@ -1226,10 +1293,12 @@ def readme_table(records: list[dict[str, Any]]) -> str:
         plain = next((t for t in tta["sesame"] if t["task"] == task), None)
         if plain is None:
             return "running"
-        default = "not reached" if plain["cpu_ratio"] is None else f"{plain['cpu_ratio']:.2f}x"
+        ratio = goal_ratio(plain)
+        default = (f"{ratio:.2f}x" if ratio is not None else "not reached" if plain["cpu_ratio"] is None
+                   else "not comparable: two machines")
         if fastest is None:
             return f"not reached with the metric held (default {default})"
-        return f"{fastest[0]:.2f}x `{fastest[1]}`" + ("" if fastest[1] == "sesame" else f" (default {default})")
+        return speed_cell(fastest) + ("" if fastest[1] == "sesame" else f" (default {default})")
 
     lines = [
         "| task | dev metric | sesame default | Trainer | sesame best recipe | CPU time to the Trainer's final metric "
@@ -1274,12 +1343,18 @@ def speed_arm_reaches(records: list[dict[str, Any]]) -> dict[str, list[dict[str,
 
 
 def fastest_held_arm(records: list[dict[str, Any]], task: str,
-                     tta: dict[str, list[dict[str, Any]]]) -> tuple[float, str] | None:
-    """Goal 2's cell: (CPU ratio, arm) of the speed-goal arm that reaches the Trainer's final metric soonest among
-    those whose own final metric holds; None when none does (yet)."""
-    speeds = [(row["cpu_ratio"], arm) for arm in SPEED_GOAL_ARMS for row in tta[arm]
-              if row["task"] == task and row["cpu_ratio"] is not None and metric_holds(records, task, arm)]
+                     tta: dict[str, list[dict[str, Any]]]) -> tuple[float, str, bool] | None:
+    """Goal 2's cell: (CPU ratio, arm, whether the ratio is the side-by-side one) of the speed-goal arm that reaches
+    the Trainer's final metric soonest (``goal_ratio``) among those whose own final metric holds; None when none
+    does (yet)."""
+    speeds = [(goal_ratio(row), arm, not row["same_machine"]) for arm in SPEED_GOAL_ARMS for row in tta[arm]
+              if row["task"] == task and goal_ratio(row) is not None and metric_holds(records, task, arm)]
     return min(speeds) if speeds else None
+
+
+def speed_cell(fastest: tuple[float, str, bool]) -> str:
+    """"0.56x `sesame_fast`, side by side": goal 2's figure for a task."""
+    return f"{fastest[0]:.2f}x `{fastest[1]}`{', side by side' if fastest[2] else ''}"
 
 
 def training_rss(records: list[dict[str, Any]], task: str, arm: str) -> tuple[float, float] | None:
@@ -1319,7 +1394,7 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
                 quality[task] = gap >= -allowed
         fastest = fastest_held_arm(records, task, tta)
         settled = complete("hf") and all(complete(arm) for arm in SPEED_GOAL_ARMS)
-        second = f"{fastest[0]:.2f}x ({fastest[1]})" if fastest else "not reached with the metric held"
+        second = speed_cell(fastest) if fastest else "not reached with the metric held"
         if fastest and fastest[0] <= SPEED_GOAL_RATIO:
             fast[task] = True
         elif settled:
@@ -1492,11 +1567,20 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                        "Trainer's mean training CPU time. Below 1: sesame got there sooner. Resolution is one validation "
                        "(per epoch; per half epoch in `sesame_fast`). `total` = the arm's whole run over the Trainer's."), "",
                       "| task | arm | seeds (Trainer) | metric | Trainer mean final | arm mean final | arm CPU to reach (min) | "
-                      "Trainer CPU (min) | ratio CPU | ratio wall | total CPU ratio |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "Trainer CPU (min) | ratio CPU | ratio wall | total CPU ratio | one machine | step CPU ratio, "
+                      "side by side | ratio CPU, side by side |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for t in means:
-                lines.append(f"| {t['task']} | {t['arm']} | {t['seeds']} ({t['ref_seeds']}) | {reach_cells(t)} |")
-            lines.append("")
+                lines.append(f"| {t['task']} | {t['arm']} | {t['seeds']} ({t['ref_seeds']}) | {reach_cells(t)} | "
+                             f"{'yes' if t['same_machine'] else '**no**'} | {fmt(t['step_cost_ratio'], '.2f')} | "
+                             f"{fmt(t['side_by_side_ratio'], '.2f')} |")
+            lines += ["", ("One machine: whether every unit of the row (the arm's and the Trainer's) ran on the same "
+                           "machine. Where not, their CPU seconds do not compare (the same work cost up to 1.5x more "
+                           "CPU on one of the machines than on the other, see the causes traced) and the goals use the "
+                           "side-by-side ratio instead: the step of the validation where the arm's mean curve reaches "
+                           "the target, over the Trainer's steps, times the arm's step CPU over the Trainer's measured "
+                           "in one run of `benchmarks/train_speed.py` on the task's recipe, interleaved repetitions "
+                           f"(`{STEP_COSTS.relative_to(REPO)}/<task>.json`; — where none is committed)."), ""]
         paired = [t for a in sesame_arms for t in time_to_accuracy(results, a)]
         if paired:
             lines += ["### Paired seeds (detail)", "",

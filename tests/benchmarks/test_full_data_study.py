@@ -108,6 +108,37 @@ def test_attempts_cost_is_a_lower_bound_when_a_unit_resumed_from_another_folder(
     assert fds.attempts_cpu_cell([whole, resumed]) == "≥ 4.6"
 
 
+def test_arms_timed_on_two_machines_count_their_side_by_side_step_cost_not_their_cpu_seconds(fds, tmp_path, monkeypatch):
+    # The Trainer ran on the machine booted at 19:18, sesame_fast on an earlier one: its 90 CPU s to reach 0.60 of
+    # the Trainer's 360 do not compare. Side by side its steps cost 0.7x the Trainer's, and it reached the target at
+    # step 30 of 30: 0.70x.
+    hf = fake_result("rte", "hf", 1, [0.53, 0.58, 0.60], 120.0)
+    hf["attempts"] = [{"started": "2026-12-04T22:00:00"}]
+    fast = fake_result("rte", "sesame_fast", 1, [0.50, 0.55, 0.61], 30.0)
+    fast["attempts"] = [{"started": "2026-12-04T11:00:00"}]
+    assert fds.machines_of(hf) == {"2026-12-04T19:18"} and fds.machines_of(fast) == {"before 2026-12-04T19:18"}
+    assert fds.machines_of({**fast, "attempts": [{"started": "2026-12-05T01:00:00", "boot": "2026-12-05T00:59"}]}) == {
+        "2026-12-05T00:59"}
+    (row,) = fds.mean_time_to_accuracy([hf, fast], "sesame_fast")
+    assert row["cpu_ratio"] == pytest.approx(90 / 360) and not row["same_machine"]
+    assert row["side_by_side_ratio"] is None and fds.goal_ratio(row) is None  # no side-by-side measurement yet
+    costs = tmp_path / "step_costs"
+    costs.mkdir()
+    recipe = {"batch_size": 32, "max_seq_length": 128}
+    runs = [{"arm": arm, "rep": rep, "step_cpu_median_s": cost, "settings": recipe}
+            for rep, (a, b) in enumerate(((0.7, 1.0), (1.4, 2.0), (0.9, 1.0)), 1) for arm, cost in (("sesame_fast", a), ("hf", b))]
+    (costs / "rte.json").write_text(json.dumps({"runs": runs}))
+    monkeypatch.setattr(fds, "STEP_COSTS", costs)
+    assert fds.step_cost_ratio("rte", "sesame_fast", recipe) == pytest.approx(0.7)  # median of 0.7, 0.7, 0.9
+    assert fds.step_cost_ratio("rte", "sesame_fast", {**recipe, "max_seq_length": 256}) is None  # not the recipe
+    (row,) = fds.mean_time_to_accuracy([hf, fast], "sesame_fast")
+    assert row["side_by_side_ratio"] == pytest.approx(0.7) and fds.goal_ratio(row) == pytest.approx(0.7)
+    # sesame_fast's metric holds (61 against 60): goal 2's cell is the side-by-side ratio, and says so
+    fastest = fds.fastest_held_arm([hf, fast], "rte", fds.speed_arm_reaches([hf, fast]))
+    assert fastest == (pytest.approx(0.7), "sesame_fast", True)
+    assert fds.speed_cell(fastest) == "0.70x `sesame_fast`, side by side"
+
+
 def test_the_fast_arm_is_sesame_with_its_speed_settings_and_only_the_plain_arm_is_mirrored(fds):
     fast = fds.ARMS["sesame_fast"]
     assert fast["side"] == "sesame" and fast["mirrored"] is False
@@ -235,7 +266,7 @@ def test_the_goals_are_checked_on_the_records_and_wait_for_running_units(fds):
     text = "\n".join(fds.goal_lines(records))
     # sesame 61 against 62 ± 1: exactly the allowed shortfall, but its mean curve never reaches the Trainer's mean
     # 0.62; fast's mean curve is at 0.62 after its first validation: 30 of the Trainer's 240 CPU s
-    assert "| RTE | -1.00 (≥ -1.00: yes) | 0.12x (sesame_fast) | +2.00 | 1.00x (+0 MiB); sesame_fast 1.00x (+0 MiB) |" in text
+    assert "| RTE | -1.00 (≥ -1.00: yes) | 0.12x `sesame_fast` | +2.00 | 1.00x (+0 MiB); sesame_fast 1.00x (+0 MiB) |" in text
     assert "| CoLA | running | running | running | running |" in text
     assert "1. sesame default ≥ the Trainer within the allowed shortfall on every task: pending (1 of 8" in text
     assert "2. ≤ 0.7x the Trainer's CPU time on ≥ 5 of 8 tasks: pending (1 of 8 tasks settled); 1 so far." in text
