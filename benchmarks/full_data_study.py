@@ -1457,6 +1457,12 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
 
 #: What a missed or slow cell was traced to (profile or ablation, with the document that shows it).
 TRACED_CAUSES = [
+    ("Two machines: the study's units ran on a machine booted before 2026-12-04T19:18 and on a fresh one since, and the "
+     "same work costs 1.59x the CPU on the second. The Trainer's CoLA seed 1, rerun there on the same batches, "
+     "reproduced the committed run's dev metrics to 1e-7 in 509.6 CPU s against 320.2 s; the load beside a unit moves "
+     "step CPU by 3% (`docs/results/full_data_study/machines/README.md`). So a CPU ratio between units of two machines "
+     "is not a speed: CoLA's `sesame_grouped` had read 0.84x the Trainer, and side by side on one machine its step is "
+     "0.52x. Goal 2 counts such rows by their side-by-side step cost (the time-to-accuracy table says which)."),
     ("CoLA, `sesame_fast` slower than the plain arm (7.7-7.8 against 5.4-5.5 CPU minutes): padding each length-grouped "
      "batch to a multiple of 32 tokens. CoLA's sentences are about 11 tokens: grouped batches are 2% padding, padded "
      "to 32 they are 64%. Per training step against the Trainer: grouping alone 0.57x, grouped and padded 1.46x, bf16 "
