@@ -1078,8 +1078,9 @@ def time_to_accuracy(results: list[dict[str, Any]], arm: str = "sesame", ref: st
 
 
 def step_cost_ratio(task: str, arm: str, recipe: dict[str, Any], folder: Path | None = None) -> float | None:
-    """``arm``'s median step CPU over the Trainer's, median over the interleaved repetitions of ``folder/<task>.json``
-    (a benchmarks/train_speed.py result); None without one, or when its batch size or max length is not ``recipe``'s."""
+    """``arm``'s mean step CPU over the Trainer's (means: a run's CPU is their sum, and grouped batches vary in
+    length), median over the interleaved repetitions of ``folder/<task>.json`` (a benchmarks/train_speed.py result);
+    None without one, or when its batch size or max length is not ``recipe``'s."""
     file = (folder or STEP_COSTS) / f"{task}.json"
     if arm not in STEP_COST_ARMS or not file.is_file():
         return None
@@ -1088,7 +1089,7 @@ def step_cost_ratio(task: str, arm: str, recipe: dict[str, Any], folder: Path | 
         return None
 
     def per_rep(name: str) -> dict[int, float]:
-        return {r["rep"]: r["step_cpu_median_s"] for r in runs if r["arm"] == name}
+        return {r["rep"]: statistics.fmean(r["step_cpu_seconds"]) for r in runs if r["arm"] == name}
 
     mine, ref = per_rep(STEP_COST_ARMS[arm]), per_rep("hf")
     ratios = [mine[rep] / ref[rep] for rep in mine if rep in ref]
@@ -1581,8 +1582,8 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                              f"{'yes' if t['same_machine'] else '**no**'} | {fmt(t['step_cost_ratio'], '.2f')} | "
                              f"{fmt(t['side_by_side_ratio'], '.2f')} |")
             lines += ["", ("One machine: whether every unit of the row (the arm's and the Trainer's) ran on the same "
-                           "machine. Where not, their CPU seconds do not compare (the same work cost up to 1.5x more "
-                           "CPU on one of the machines than on the other, see the causes traced) and the goals use the "
+                           "machine. Where not, their CPU seconds do not compare (the same work cost 1.59x the "
+                           "CPU on one of the machines, see the causes traced) and the goals use the "
                            "side-by-side ratio instead: the step of the validation where the arm's mean curve reaches "
                            "the target, over the Trainer's steps, times the arm's step CPU over the Trainer's measured "
                            "in one run of `benchmarks/train_speed.py` on the task's recipe, interleaved repetitions "
@@ -1593,7 +1594,8 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                       ("Seed k of a sesame arm against seed k of the Trainer: its first validation at or above that "
                        "seed's final dev metric. Meaningful where the arms saw the same batches (fingerprints: the "
                        "per-epoch examples, real tokens and sum of token ids of every training batch agree); "
-                       "`sesame_fast` groups batches by length, so its pairs are only a spread, not a comparison."), "",
+                       "`sesame_fast` groups batches by length, so its pairs are only a spread, not a comparison. CPU ratios of "
+                       "pairs that ran on two machines do not compare either (the table above says which arms did)."), "",
                       "| task | arm | seed | metric | Trainer final | arm final | arm CPU to reach (min) | Trainer CPU (min) | "
                       "ratio CPU | ratio wall | total CPU ratio | same batches |",
                       "|---|---|---|---|---|---|---|---|---|---|---|---|"]

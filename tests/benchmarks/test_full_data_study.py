@@ -125,7 +125,7 @@ def test_arms_timed_on_two_machines_count_their_side_by_side_step_cost_not_their
     costs = tmp_path / "step_costs"
     costs.mkdir()
     recipe = {"batch_size": 32, "max_seq_length": 128}
-    runs = [{"arm": arm, "rep": rep, "step_cpu_median_s": cost, "settings": recipe}
+    runs = [{"arm": arm, "rep": rep, "step_cpu_seconds": [cost / 2, cost * 1.5], "settings": recipe}
             for rep, (a, b) in enumerate(((0.7, 1.0), (1.4, 2.0), (0.9, 1.0)), 1) for arm, cost in (("sesame_fast", a), ("hf", b))]
     (costs / "rte.json").write_text(json.dumps({"runs": runs}))
     monkeypatch.setattr(fds, "STEP_COSTS", costs)
