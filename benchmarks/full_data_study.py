@@ -1582,7 +1582,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
                              f"{'yes' if t['same_machine'] else '**no**'} | {fmt(t['step_cost_ratio'], '.2f')} | "
                              f"{fmt(t['side_by_side_ratio'], '.2f')} |")
             lines += ["", ("One machine: whether every unit of the row (the arm's and the Trainer's) ran on the same "
-                           "machine. Where not, their CPU seconds do not compare (the same work cost 1.59x the "
+                           "machine. Where not, their CPU (and wall) seconds do not compare (the same work cost 1.59x the "
                            "CPU on one of the machines, see the causes traced) and the goals use the "
                            "side-by-side ratio instead: the step of the validation where the arm's mean curve reaches "
                            "the target, over the Trainer's steps, times the arm's step CPU over the Trainer's measured "
