@@ -895,7 +895,7 @@ def run_attempt(args: argparse.Namespace, unit: dict[str, Any], folder: Path, at
 
 def boot_time() -> str | None:
     """When this machine booted (minute resolution; None off Linux): which machine an attempt ran on. CPU seconds
-    of the same work differ by up to 1.5x between the machines this study ran on (``TRACED_CAUSES``)."""
+    of the same work differed by 1.59x between two machines this study ran on (``TRACED_CAUSES``)."""
     try:
         up = float(Path("/proc/uptime").read_text().split()[0])
     except (OSError, ValueError, IndexError):
