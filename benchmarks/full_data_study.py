@@ -82,6 +82,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from compression import compose  # noqa: E402
 from readme_section import section_in, with_section  # noqa: E402
+from train_speed import ARMS as SPEED_ARMS  # noqa: E402
 from train_speed import (  # noqa: E402
     FAST_SETTINGS,
     GROUPED_BF16_SETTINGS,
@@ -107,8 +108,6 @@ README_BEGIN, README_END = "<!-- full-data-study:begin -->", "<!-- full-data-stu
 #: by benchmarks/train_speed.py on a task's recipe, one JSON per task: the time of arms whose units ran on different
 #: machines (``machines_of``) comes from these instead of their CPU seconds.
 STEP_COSTS = DEFAULT_REPORT.parent / DEFAULT_REPORT.stem / "step_costs"
-#: the study's arm -> train_speed.py's arm with the same settings
-STEP_COST_ARMS = {"sesame": "sesame", "sesame_fast": "sesame_fast", "sesame_grouped": "sesame_grouped_bf16"}
 #: Published dev-set figures of other small encoders, for context only (different models and recipes).
 PUBLISHED: dict[str, str] = {
     "rte": "MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ",
@@ -1077,12 +1076,24 @@ def time_to_accuracy(results: list[dict[str, Any]], arm: str = "sesame", ref: st
     return rows
 
 
-def step_cost_ratio(task: str, arm: str, recipe: dict[str, Any], folder: Path | None = None) -> float | None:
+def speed_arm_of(arm: str) -> str | None:
+    """benchmarks/train_speed.py's arm that trains as the study's sesame ``arm`` does: the same overrides, less the
+    study's validation cadence (None for arms whose overrides are chosen later, or have no such twin)."""
+    overrides = ARMS[arm]["overrides"] if ARMS[arm]["side"] == "sesame" else None
+    if overrides is None:
+        return None
+    overrides = [o for o in overrides if not o.startswith("trainer.val_check_interval=")]
+    return next((name for name, spec in SPEED_ARMS.items() if spec["side"] == "sesame" and spec["overrides"] == overrides),
+                None)
+
+
+def step_cost_ratio(task: str, arm: str, recipe: dict[str, Any]) -> float | None:
     """``arm``'s mean step CPU over the Trainer's (means: a run's CPU is their sum, and grouped batches vary in
-    length), median over the interleaved repetitions of ``folder/<task>.json`` (a benchmarks/train_speed.py result);
-    None without one, or when its batch size or max length is not ``recipe``'s."""
-    file = (folder or STEP_COSTS) / f"{task}.json"
-    if arm not in STEP_COST_ARMS or not file.is_file():
+    length), median over the interleaved repetitions of ``STEP_COSTS/<task>.json`` (a benchmarks/train_speed.py
+    result, read for train_speed's twin of ``arm``); None without one, or when its batch size or max length is not
+    ``recipe``'s."""
+    file, twin = STEP_COSTS / f"{task}.json", speed_arm_of(arm) if arm in ARMS else None
+    if twin is None or not file.is_file():
         return None
     runs = json.loads(file.read_text())["runs"]
     if any(r["settings"].get(k) != recipe.get(k) for r in runs for k in ("batch_size", "max_seq_length")):
@@ -1091,7 +1102,7 @@ def step_cost_ratio(task: str, arm: str, recipe: dict[str, Any], folder: Path | 
     def per_rep(name: str) -> dict[int, float]:
         return {r["rep"]: statistics.fmean(r["step_cpu_seconds"]) for r in runs if r["arm"] == name}
 
-    mine, ref = per_rep(STEP_COST_ARMS[arm]), per_rep("hf")
+    mine, ref = per_rep(twin), per_rep("hf")
     ratios = [mine[rep] / ref[rep] for rep in mine if rep in ref]
     return statistics.median(ratios) if ratios else None
 

@@ -129,6 +129,9 @@ def test_arms_timed_on_two_machines_count_their_side_by_side_step_cost_not_their
             for rep, (a, b) in enumerate(((0.7, 1.0), (1.4, 2.0), (0.9, 1.0)), 1) for arm, cost in (("sesame_fast", a), ("hf", b))]
     (costs / "rte.json").write_text(json.dumps({"runs": runs}))
     monkeypatch.setattr(fds, "STEP_COSTS", costs)
+    # train_speed.py's twins of the study's arms: the same overrides less the validation cadence
+    assert [fds.speed_arm_of(a) for a in ("sesame", "sesame_fast", "sesame_grouped", "sesame_best")] == [
+        "sesame", "sesame_fast", "sesame_grouped_bf16", None]
     assert fds.step_cost_ratio("rte", "sesame_fast", recipe) == pytest.approx(0.7)  # median of 0.7, 0.7, 0.9
     assert fds.step_cost_ratio("rte", "sesame_fast", {**recipe, "max_seq_length": 256}) is None  # not the recipe
     (row,) = fds.mean_time_to_accuracy([hf, fast], "sesame_fast")
