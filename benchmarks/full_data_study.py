@@ -1278,9 +1278,18 @@ def load_records(folder: Path = RUN_RECORDS) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
-def points(values: list[float | None]) -> str:
-    """Mean ± std (n) of a metric in points (x100)."""
-    values = [100 * v for v in values if v is not None]
+def in_points(task: str, value: float) -> float:
+    """A dev metric of ``task`` in points: sesame's GLUE and NER scorers give fractions, the official SQuAD rules
+    (and so sesame's QA scorer) give points already."""
+    return value if task in POINTS_ALREADY else 100 * value
+
+
+#: Tasks whose scorer reports its metrics in points (0-100), not as fractions.
+POINTS_ALREADY = frozenset({"squad_v1"})
+
+
+def points(values: list[float]) -> str:
+    """Mean ± std (n) of a metric already in points."""
     if not values:
         return "running"
     spread = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
@@ -1288,8 +1297,8 @@ def points(values: list[float | None]) -> str:
 
 
 def final_metrics(records: list[dict[str, Any]], task: str, arm: str) -> list[float]:
-    """The final dev main metric of every finished seed of ``task`` / ``arm`` (as the records hold it)."""
-    return [r["final"][r["main_metric"]] for r in records
+    """The final dev main metric of every finished seed of ``task`` / ``arm``, in points (``in_points``)."""
+    return [in_points(task, r["final"][r["main_metric"]]) for r in records
             if r["task"] == task and r["arm"] == arm and r["final"].get(r["main_metric"]) is not None]
 
 
@@ -1345,7 +1354,7 @@ def metric_holds(records: list[dict[str, Any]], task: str, arm: str) -> bool:
     mine, ref = final_metrics(records, task, arm), final_metrics(records, task, "hf")
     if not mine or not ref:
         return False
-    gap, allowed = holds([100 * v for v in mine], [100 * v for v in ref])
+    gap, allowed = holds(mine, ref)
     return gap >= -allowed
 
 
@@ -1390,8 +1399,8 @@ def rss_cell(peaks: tuple[float, float]) -> str:
 def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     """Issue 25's three goals checked on the run records, with the numbers: a table per task and one verdict
     per goal (met, missed, or pending while units it needs are running)."""
-    def final(task: str, arm: str) -> list[float]:  # in points
-        return [100 * v for v in final_metrics(records, task, arm)]
+    def final(task: str, arm: str) -> list[float]:
+        return final_metrics(records, task, arm)
 
     tta = speed_arm_reaches(records)
     rows, quality, fast, best, memory = [], {}, {}, {}, {}
@@ -1509,7 +1518,7 @@ def rebuild_lines(records: list[dict[str, Any]]) -> list[str]:
             overrides = [o for o in r["overrides"] if not o.startswith(BOOKKEEPING)]
             metric = r["main_metric"].removeprefix("val_")
             lines.append(f"sesame-train {' '.join(overrides)} hydra.run.dir=outputs/full/{task}   "
-                         f"# {r['arm']}, {metric} {100 * r['final'][r['main_metric']]:.2f}")
+                         f"# {r['arm']}, {metric} {in_points(task, r['final'][r['main_metric']]):.2f}")
     return [*lines, "```"]
 
 

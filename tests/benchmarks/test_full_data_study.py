@@ -227,6 +227,17 @@ def test_the_readme_table_renders_the_run_records_in_points_with_reach_ratios(fd
     assert "sesame-train +experiment=full_rte seed=1 hydra.run.dir=outputs/full/rte   # sesame_fast, accuracy 63.00" in table
 
 
+def test_squad_metrics_come_in_points_and_are_not_scaled_again(fds):
+    # the official SQuAD rules score in points (F1 64.7), the GLUE and NER scorers in fractions (0.647)
+    records = [fake_result("squad_v1", "sesame", 1, [60.1, 64.2], 100.0, metric="val_f1"),
+               fake_result("squad_v1", "hf", 1, [58.0, 64.7], 120.0, metric="val_f1")]
+    table = fds.readme_table(records)
+    assert "| SQuAD v1.1 | f1 | 64.20 (1) | 64.70 (1) | (no sweep) |" in table
+    # half a point under a one-seed Trainer: within goal 1's point, not 50 points under it
+    assert "| SQuAD v1.1 | -0.50 (≥ -1.00: yes) |" in table
+    assert "# sesame, f1 64.20" in table
+
+
 def test_the_readme_holds_what_the_committed_run_records_render(fds):
     readme = fds.README.read_text(encoding="utf-8")
     section = fds.section_in(readme, fds.README_BEGIN, fds.README_END)
