@@ -1517,8 +1517,10 @@ def rebuild_lines(records: list[dict[str, Any]]) -> list[str]:
             r = max(runs, key=lambda x: x["final"][x["main_metric"]])
             overrides = [o for o in r["overrides"] if not o.startswith(BOOKKEEPING)]
             metric = r["main_metric"].removeprefix("val_")
+            folder = TASKS[task]["files"][0].split("/")[0]  # the README's command check wants it named
             lines.append(f"sesame-train {' '.join(overrides)} hydra.run.dir=outputs/full/{task}   "
-                         f"# {r['arm']}, {metric} {in_points(task, r['final'][r['main_metric']]):.2f}")
+                         f"# needs $SESAME_DATA_DIR/{folder}; {r['arm']}, {metric} "
+                         f"{in_points(task, r['final'][r['main_metric']]):.2f}")
     return [*lines, "```"]
 
 

@@ -224,7 +224,8 @@ def test_the_readme_table_renders_the_run_records_in_points_with_reach_ratios(fd
     assert "| running | 0.83x `sesame` | MiniLM-L6" in row
     assert "| SST-2 | — | running |" in table and "arXiv:1910.01108, Table 1" in table
     # the best sesame run (fast, 0.63) is rebuilt by its own overrides, the study's bookkeeping left out
-    assert "sesame-train +experiment=full_rte seed=1 hydra.run.dir=outputs/full/rte   # sesame_fast, accuracy 63.00" in table
+    assert ("sesame-train +experiment=full_rte seed=1 hydra.run.dir=outputs/full/rte   "
+            "# needs $SESAME_DATA_DIR/rte; sesame_fast, accuracy 63.00") in table
 
 
 def test_squad_metrics_come_in_points_and_are_not_scaled_again(fds):
@@ -235,7 +236,7 @@ def test_squad_metrics_come_in_points_and_are_not_scaled_again(fds):
     assert "| SQuAD v1.1 | f1 | 64.20 (1) | 64.70 (1) | (no sweep) |" in table
     # half a point under a one-seed Trainer: within goal 1's point, not 50 points under it
     assert "| SQuAD v1.1 | -0.50 (≥ -1.00: yes) |" in table
-    assert "# sesame, f1 64.20" in table
+    assert "# needs $SESAME_DATA_DIR/squad_v1.1; sesame, f1 64.20" in table
 
 
 def test_the_readme_holds_what_the_committed_run_records_render(fds):
