@@ -1494,6 +1494,12 @@ TRACED_CAUSES = [
      "2269-2388): grouped batches padded to their own longest come in many shapes, and the allocator keeps memory for "
      "each (`docs/results/peak_rss_allocator.md`). The pad multiple pays on long inputs; on CoLA's short sentences "
      "(above) it does not."),
+    ("SST-2, the best recipe under the Trainer (-0.34) while it led the sweep by 1.8 points: the sweep's held-out "
+     "split is 59% text that its training part holds (1179 of 2000 rows are phrases of training sentences; 2 of the "
+     "872 dev sentences occur in any training example), yet the winner `mean_1e-4` leads also on the other 821 rows "
+     "(0.9111 against the preset's `pooler_2e-5` 0.8952), so the overlap did not pick it. On dev every SST-2 arm "
+     "lands within 5 of 872 sentences (sesame 777, sesame_best 779, the Trainer and sesame_fast 782), one seed each "
+     "(`docs/results/sst2_holdout_overlap.md`, from `benchmarks/holdout_overlap.py`)."),
     ("Memory, sesame default above the Trainer while training on MRPC (+84 MiB) and STS-B (+132 MiB): glibc's heap, "
      "not sesame. One epoch of MRPC on the same batches, twice per arm: sesame 2260 and 2326 MiB, the Trainer 2287 and "
      "2205 (the same work moves 66-82 MiB between processes); with `MALLOC_MMAP_THRESHOLD_=65536` 1703 against 1710, "
