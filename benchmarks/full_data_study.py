@@ -1332,8 +1332,31 @@ def readme_table(records: list[dict[str, Any]]) -> str:
         best = points(final(task, "sesame_best")) if task in SWEEP_TASKS else "(no sweep)"
         lines.append(f"| {TASKS[task]['label']} | {metric} | {points(final(task, 'sesame'))} | {points(final(task, 'hf'))} | "
                      f"{best} | {speed(task)} | {PUBLISHED[task]} |")
-    return "\n".join([*lines, "", *[note + "  " for note in PUBLISHED_NOTES[:-1]], PUBLISHED_NOTES[-1], "",
-                      *goal_lines(records), "", *rebuild_lines(records)])
+    return "\n".join([*README_INTRO, "", *lines, "", *[note + "  " for note in PUBLISHED_NOTES[:-1]],
+                      PUBLISHED_NOTES[-1], "", *goal_lines(records), "", *rebuild_lines(records)])
+
+
+#: What the README's section says before its table (part of the rendered section, so it cannot drift from it).
+README_INTRO = [
+    "Every task trained on its whole training set with the default encoder (all-MiniLM-L6-v2), scored on the "
+    "official dev set (NER also on test), side by side with transformers' `Trainer` (`AutoModelFor...` on sesame's "
+    "own examples and batches, with the same seeds, epochs, learning rate, batch size, warm-up, weight decay and "
+    "clipping, scored by sesame's scorer). One preset per task holds the recipe, run_glue / run_ner / run_qa style: "
+    "3 epochs GLUE and NER, 2 SQuAD, SQuAD at 384 tokens with stride 128. One run is "
+    "`sesame-train +experiment=full_<task> seed=<k>`; the study runs unit by unit, each resumable where it stopped "
+    "(`--help` lists the options; `benchmarks/README.md` says more):",
+    "",
+    "```bash",
+    "python benchmarks/full_data_study.py --tasks rte --arms sesame,hf --out /tmp/study   # needs $SESAME_DATA_DIR/rte",
+    "```",
+    "",
+    "`--report --out <folder>` writes the full report, `docs/results/full_data_study.md` (per-epoch dev curves "
+    "against CPU time, costs, memory, the recipe sweeps chosen on held-out training data), and each run's record "
+    "under `docs/results/full_data_study/runs/` (config, seed, commit, versions, per-validation metrics and times); "
+    "`--readme` writes this section from those records. Figures are points, mean ± std over seeds (their count in "
+    "brackets); the CPU ratio is sesame's CPU time until its dev curve first reaches the Trainer's final metric, "
+    "over the Trainer's CPU time.",
+]
 
 
 #: Issue 25's goals. The speed goal counts the arms sesame ships on the preset's recipe (not the sweep's winner,
