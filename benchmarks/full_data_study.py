@@ -60,6 +60,7 @@ import argparse
 import contextlib
 import datetime
 import fcntl
+import functools
 import json
 import math
 import os
@@ -1278,14 +1279,14 @@ def load_records(folder: Path = RUN_RECORDS) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
+#: Tasks whose scorer reports its metrics in points (0-100), not as fractions.
+POINTS_ALREADY = frozenset({"squad_v1"})
+
+
 def in_points(task: str, value: float) -> float:
     """A dev metric of ``task`` in points: sesame's GLUE and NER scorers give fractions, the official SQuAD rules
     (and so sesame's QA scorer) give points already."""
     return value if task in POINTS_ALREADY else 100 * value
-
-
-#: Tasks whose scorer reports its metrics in points (0-100), not as fractions.
-POINTS_ALREADY = frozenset({"squad_v1"})
 
 
 def points(values: list[float]) -> str:
@@ -1306,8 +1307,7 @@ def readme_table(records: list[dict[str, Any]]) -> str:
     """The README's summary of the study, rendered from the run records (``--readme`` writes it)."""
     tta = speed_arm_reaches(records)
 
-    def final(task: str, arm: str) -> list[float]:
-        return final_metrics(records, task, arm)
+    final = functools.partial(final_metrics, records)
 
     def speed(task: str) -> str:
         fastest = fastest_held_arm(records, task, tta)
@@ -1422,9 +1422,7 @@ def rss_cell(peaks: tuple[float, float]) -> str:
 def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     """Issue 25's three goals checked on the run records, with the numbers: a table per task and one verdict
     per goal (met, missed, or pending while units it needs are running)."""
-    def final(task: str, arm: str) -> list[float]:
-        return final_metrics(records, task, arm)
-
+    final = functools.partial(final_metrics, records)
     tta = speed_arm_reaches(records)
     rows, quality, fast, best, memory = [], {}, {}, {}, {}
     for task in ORDER:

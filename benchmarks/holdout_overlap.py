@@ -14,24 +14,25 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 from pathlib import Path
 
+from full_data_study import RUN_RECORDS, load_records
 from omegaconf import OmegaConf
+
+from sesame.tasks.glue.readers import read_glue_tsv
+from sesame.tasks.glue.specs import glue_spec
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("SESAME_DATA_DIR", "../shared/data"))
 STUDY_DIR = Path(os.environ.get("SESAME_STUDY_DIR", "/work/study"))
-#: The study's committed run records (benchmarks/full_data_study.py --report writes them).
-RUN_RECORDS = REPO / "docs" / "results" / "full_data_study" / "runs"
 
 
-def read_tsv(path: Path) -> list[list[str]]:
-    """The rows of a GLUE-style TSV after its header (no quoting: SST-2's sentences hold bare quotes)."""
+def read_predictions(path: Path) -> dict[int, int]:
+    """A run's ``val_<task>.tsv``: predicted label id by example index (the reader's ``index`` column)."""
     with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+        return {int(row["index"]): int(row["prediction"]) for row in csv.DictReader(f, delimiter="\t")}
 
 
 def contained(texts: list[str], corpus: list[str]) -> list[bool]:
@@ -61,22 +62,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    train, dev = read_tsv(args.data_dir / "sst2" / "train.tsv"), read_tsv(args.data_dir / "sst2" / "dev.tsv")
+    # sesame's own reader: the same texts, labels and indices the sweep trained and predicted on
+    train, dev = (read_glue_tsv(args.data_dir / "sst2" / name, glue_spec("sst2")) for name in ("train.tsv", "dev.tsv"))
+    train_text, train_labels = train["text_a"], train["label"]
     files = sorted((args.study / "sweep" / "units" / "sst2").glob("sweep-*/seed1/run/val_SST-2.tsv"))
     if not files:
         sys.exit(f"no held-out predictions under {args.study}/sweep/units/sst2: run "
                  "benchmarks/full_data_study.py --sweep --tasks sst2 first")
-    candidates = {f.parts[-4].removeprefix("sweep-"): {int(i): int(p) for i, p in read_tsv(f)} for f in files}
+    candidates = {f.parts[-4].removeprefix("sweep-"): read_predictions(f) for f in files}
     held = sorted(next(iter(candidates.values())))
     if any(sorted(p) != held for p in candidates.values()):
         sys.exit("the candidates' held-out rows differ: they must share data.holdout_seed and the training slice")
     seen = set(held)
     # the sweep trains on the first data.max_train_examples rows less the held-out ones
     limit = OmegaConf.load(files[0].parent / "config.yaml").data.max_train_examples or len(train)
-    corpus = [train[i][0] for i in range(limit) if i not in seen]
-    inside = {i for i, hit in zip(held, contained([train[i][0] for i in held], corpus)) if hit}
-    dev_inside = sum(contained([r[0] for r in dev], [r[0] for r in train]))
-    labels = {i: int(train[i][1]) for i in held}
+    corpus = [train_text[i] for i in range(limit) if i not in seen]
+    inside = {i for i, hit in zip(held, contained([train_text[i] for i in held], corpus)) if hit}
+    dev_inside = sum(contained(dev["text_a"], train_text))
+    labels = {i: train_labels[i] for i in held}
     lines = [
         "# SST-2: the sweep's held-out split against the dev set", "",
         f"Written by `python benchmarks/holdout_overlap.py --study {args.study}`.", "",
@@ -87,14 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         "example, and on the rest:", "",
         "| candidate | all | inside a training example | the rest |", "|---|---|---|---|",
     ]
-    for name, predictions in sorted(candidates.items(), key=lambda kv: -split_accuracy(labels, kv[1], inside)[0]):
-        lines.append("| " + " | ".join([name, *(f"{a:.4f}" for a in split_accuracy(labels, predictions, inside))]) + " |")
+    scores = {name: split_accuracy(labels, predictions, inside) for name, predictions in candidates.items()}
+    for name, split in sorted(scores.items(), key=lambda kv: -kv[1][0]):
+        lines.append("| " + " | ".join([name, *(f"{a:.4f}" for a in split)]) + " |")
     lines += ["", f"On the dev set ({len(dev)} sentences), the study's full-training runs (final epoch, seed 1, from "
               f"`{RUN_RECORDS.relative_to(REPO)}`):", "", "| arm | dev accuracy | sentences right |", "|---|---|---|"]
-    for record in sorted(RUN_RECORDS.glob("sst2_*_seed1.json")):
-        accuracy = json.loads(record.read_text())["final"]["val_accuracy"]
-        lines.append(f"| {record.stem.removeprefix('sst2_').removesuffix('_seed1')} | {accuracy:.4f} | "
-                     f"{round(accuracy * len(dev))} |")
+    for record in load_records():
+        if record["task"] == "sst2" and record["seed"] == 1:
+            accuracy = record["final"]["val_accuracy"]
+            lines.append(f"| {record['arm']} | {accuracy:.4f} | {round(accuracy * len(dev))} |")
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0
