@@ -295,6 +295,14 @@ def test_the_goals_are_checked_on_the_records_and_wait_for_running_units(fds):
     assert "| CoLA | -8.33 (≥ -0.58: **no**) | not reached with the metric held (running) | running | 1.10x (+90 MiB) |" in text
     assert "on every task: **missed** (2 of 8 tasks settled); not on CoLA." in text
     assert "≤ the Trainer's: on 1 of 2 settled tasks; above on CoLA 1.10x (+90 MiB)." in text
+    # A task whose speed arms never ran is settled once both plain arms have every seed: a slow default misses.
+    wnut = arm("wnut17", "sesame", [[0.5, 0.55]] * 3, 200.0, "val_f1")
+    wnut += arm("wnut17", "hf", [[0.5, 0.56]] * 3, 200.0, "val_f1")
+    text = "\n".join(fds.goal_lines(records + wnut))
+    assert "| WNUT-17 | -1.00 (≥ -0.00: **no**) | not reached with the metric held | — |" in text
+    assert "2. ≤ 0.7x the Trainer's CPU time on ≥ 5 of 8 tasks: pending (2 of 8 tasks settled); 1 so far." in text
+    text = "\n".join(fds.goal_lines(records + wnut[:-1]))  # a Trainer seed still running keeps the row open
+    assert "| WNUT-17 | -1.00 (≥ -0.00: **no**) (running) | not reached with the metric held (running) | — |" in text
 
 
 def test_time_to_accuracy_compares_mean_curves_with_the_trainers_mean_so_no_lucky_seed_decides(fds):
