@@ -1488,10 +1488,12 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
         f"1. sesame default ≥ the Trainer within the allowed shortfall on every task: {verdict(len(quality), n, goal1)}"
         + (f"; not on {', '.join(failed)}" if failed else "") + ".",
         f"2. ≤ {SPEED_GOAL_RATIO}x the Trainer's CPU time on ≥ {SPEED_GOAL_TASKS} of {n} tasks: "
-        f"{verdict(len(fast), n, goal2)}; {reached} so far.",
+        f"{verdict(len(fast), n, goal2)}; on {reached}" + (" so far" if len(fast) < n else "")
+        + (f" ({', '.join(TASKS[t]['label'] for t, ok in fast.items() if ok)})" if reached else "") + ".",
         f"3. best recipe ≥ {BEST_GOAL_POINTS:g} point over the Trainer, averaged over the {len(SWEEP_TASKS)} GLUE tasks: "
         f"{verdict(len(best), len(SWEEP_TASKS), goal3)}"
-        + (f"; {mean_best:+.2f} over the finished ones" if mean_best is not None else "") + ".",
+        + (f"; {mean_best:+.2f}" + (" over the finished ones" if len(best) < len(SWEEP_TASKS) else "")
+           if mean_best is not None else "") + ".",
         "", f"Memory (item 3): sesame default's peak RSS while training (up to the first validation, the highest seed) "
         f"≤ the Trainer's: {lighter}.",
         "", "Causes traced:", "", *(f"- {cause}" for cause in TRACED_CAUSES),
@@ -1522,8 +1524,8 @@ TRACED_CAUSES = [
      "(0.9111 against the preset's `pooler_2e-5` 0.8952), so the overlap did not pick it. On dev every SST-2 arm "
      "lands within 5 of 872 sentences (sesame 777, sesame_best 779, the Trainer and sesame_fast 782), one seed each "
      "(`docs/results/sst2_holdout_overlap.md`, from `benchmarks/holdout_overlap.py`)."),
-    ("Memory, sesame default above the Trainer while training on MRPC (+84 MiB) and STS-B (+132 MiB): glibc's heap, "
-     "not sesame. One epoch of MRPC on the same batches, twice per arm: sesame 2260 and 2326 MiB, the Trainer 2287 and "
+    ("Memory, sesame default above the Trainer while training on MRPC (+84 MiB), STS-B (+132 MiB) and CoLA (+1 MiB): "
+     "glibc's heap, not sesame. One epoch of MRPC on the same batches, twice per arm: sesame 2260 and 2326 MiB, the Trainer 2287 and "
      "2205 (the same work moves 66-82 MiB between processes); with `MALLOC_MMAP_THRESHOLD_=65536` 1703 against 1710, "
      "and sesame starts training 11 MiB lower (`docs/results/peak_rss_allocator.md`)."),
 ]

@@ -284,7 +284,7 @@ def test_the_goals_are_checked_on_the_records_and_wait_for_running_units(fds):
     assert "| RTE | -1.00 (≥ -1.00: yes) | 0.12x `sesame_fast` | +2.00 | 1.00x (+0 MiB); sesame_fast 1.00x (+0 MiB) |" in text
     assert "| CoLA | running | running | running | running |" in text
     assert "1. sesame default ≥ the Trainer within the allowed shortfall on every task: pending (1 of 8" in text
-    assert "2. ≤ 0.7x the Trainer's CPU time on ≥ 5 of 8 tasks: pending (1 of 8 tasks settled); 1 so far." in text
+    assert "2. ≤ 0.7x the Trainer's CPU time on ≥ 5 of 8 tasks: pending (1 of 8 tasks settled); on 1 so far (RTE)." in text
     assert "pending (1 of 5 tasks settled); +2.00 over the finished ones." in text
     # A task where the default falls short misses goal 1 at once; a seed still running keeps its row open.
     cola = arm("cola", "sesame", [[0.1, 0.20], [0.1, 0.22], [0.1, 0.24]], 50.0, "val_matthews_correlation")
@@ -300,7 +300,7 @@ def test_the_goals_are_checked_on_the_records_and_wait_for_running_units(fds):
     wnut += arm("wnut17", "hf", [[0.5, 0.56]] * 3, 200.0, "val_f1")
     text = "\n".join(fds.goal_lines(records + wnut))
     assert "| WNUT-17 | -1.00 (≥ -0.00: **no**) | not reached with the metric held | — |" in text
-    assert "2. ≤ 0.7x the Trainer's CPU time on ≥ 5 of 8 tasks: pending (2 of 8 tasks settled); 1 so far." in text
+    assert "2. ≤ 0.7x the Trainer's CPU time on ≥ 5 of 8 tasks: pending (2 of 8 tasks settled); on 1 so far (RTE)." in text
     text = "\n".join(fds.goal_lines(records + wnut[:-1]))  # a Trainer seed still running keeps the row open
     assert "| WNUT-17 | -1.00 (≥ -0.00: **no**) (running) | not reached with the metric held (running) | — |" in text
 
