@@ -1332,8 +1332,20 @@ def readme_table(records: list[dict[str, Any]]) -> str:
         best = points(final(task, "sesame_best")) if task in SWEEP_TASKS else "(no sweep)"
         lines.append(f"| {TASKS[task]['label']} | {metric} | {points(final(task, 'sesame'))} | {points(final(task, 'hf'))} | "
                      f"{best} | {speed(task)} | {PUBLISHED[task]} |")
-    return "\n".join([*README_INTRO, "", *lines, "", *[note + "  " for note in PUBLISHED_NOTES[:-1]],
+    return "\n".join([*README_INTRO, "", *lines, "", *ner_test_lines(records), *[note + "  " for note in PUBLISHED_NOTES[:-1]],
                       PUBLISHED_NOTES[-1], "", *goal_lines(records), "", *rebuild_lines(records)])
+
+
+def ner_test_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The NER tasks' test F1 under the table (the best dev epoch's model, as the report gives it); none before any
+    NER run has a test score."""
+    def test_f1(task: str, arm: str) -> list[float]:
+        return [in_points(task, r["best"]["test_f1"]) for r in records
+                if r["task"] == task and r["arm"] == arm and r["best"].get("test_f1") is not None]
+
+    cells = [f"{TASKS[task]['label']} sesame {points(test_f1(task, 'sesame'))}, Trainer {points(test_f1(task, 'hf'))}"
+             for task in ORDER if test_f1(task, "sesame") or test_f1(task, "hf")]
+    return [f"Test F1 of the NER tasks (the best dev epoch's model): {'; '.join(cells)}.", ""] if cells else []
 
 
 #: What the README's section says before its table (part of the rendered section, so it cannot drift from it).

@@ -223,6 +223,11 @@ def test_the_readme_table_renders_the_run_records_in_points_with_reach_ratios(fd
     row = next(line for line in fds.readme_table(records[:4] + low).splitlines() if line.startswith("| RTE |"))
     assert "| running | 0.83x `sesame` | MiniLM-L6" in row
     assert "| SST-2 | — | running |" in table and "arXiv:1910.01108, Table 1" in table
+    assert "Test F1" not in table  # no NER run yet
+    ner = [fake_result("wnut17", arm, 1, [0.5, 0.55], 100.0, metric="val_f1") for arm in ("sesame", "hf")]
+    ner[0]["best"]["test_f1"], ner[1]["best"]["test_f1"] = 0.481, 0.47
+    assert ("Test F1 of the NER tasks (the best dev epoch's model): WNUT-17 sesame 48.10 (1), Trainer 47.00 (1)."
+            in fds.readme_table(records + ner))
     # the best sesame run (fast, 0.63) is rebuilt by its own overrides, the study's bookkeeping left out
     assert ("sesame-train +experiment=full_rte seed=1 hydra.run.dir=outputs/full/rte   "
             "# needs $SESAME_DATA_DIR/rte; sesame_fast, accuracy 63.00") in table
