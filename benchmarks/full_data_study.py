@@ -74,6 +74,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1297,10 +1298,16 @@ def points(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f}{spread} ({len(values)})"
 
 
+def arm_points(records: list[dict[str, Any]], task: str, arm: str,
+               pick: Callable[[dict[str, Any]], float | None]) -> list[float]:
+    """``pick`` of every run of ``task`` / ``arm`` that has it, in points (``in_points``)."""
+    values = (pick(r) for r in records if r["task"] == task and r["arm"] == arm)
+    return [in_points(task, v) for v in values if v is not None]
+
+
 def final_metrics(records: list[dict[str, Any]], task: str, arm: str) -> list[float]:
-    """The final dev main metric of every finished seed of ``task`` / ``arm``, in points (``in_points``)."""
-    return [in_points(task, r["final"][r["main_metric"]]) for r in records
-            if r["task"] == task and r["arm"] == arm and r["final"].get(r["main_metric"]) is not None]
+    """The final dev main metric of every finished seed of ``task`` / ``arm``, in points."""
+    return arm_points(records, task, arm, lambda r: r["final"].get(r["main_metric"]))
 
 
 def readme_table(records: list[dict[str, Any]]) -> str:
@@ -1339,12 +1346,10 @@ def readme_table(records: list[dict[str, Any]]) -> str:
 def ner_test_lines(records: list[dict[str, Any]]) -> list[str]:
     """The NER tasks' test F1 under the table (the best dev epoch's model, as the report gives it); none before any
     NER run has a test score."""
-    def test_f1(task: str, arm: str) -> list[float]:
-        return [in_points(task, r["best"]["test_f1"]) for r in records
-                if r["task"] == task and r["arm"] == arm and r["best"].get("test_f1") is not None]
-
-    cells = [f"{TASKS[task]['label']} sesame {points(test_f1(task, 'sesame'))}, Trainer {points(test_f1(task, 'hf'))}"
-             for task in ORDER if test_f1(task, "sesame") or test_f1(task, "hf")]
+    test_f1 = {task: {arm: arm_points(records, task, arm, lambda r: r["best"].get("test_f1")) for arm in ("sesame", "hf")}
+               for task in ORDER}
+    cells = [f"{TASKS[task]['label']} sesame {points(f1['sesame'])}, Trainer {points(f1['hf'])}"
+             for task, f1 in test_f1.items() if f1["sesame"] or f1["hf"]]
     return [f"Test F1 of the NER tasks (the best dev epoch's model): {'; '.join(cells)}.", ""] if cells else []
 
 

@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 from pathlib import Path
 
-from full_data_study import RUN_RECORDS, load_records
+from full_data_study import DEFAULT_OUT as STUDY_DIR
+from full_data_study import REPO, RUN_RECORDS, load_records
 from omegaconf import OmegaConf
 
+from sesame.tasks.core.paths import data_dir_path
 from sesame.tasks.glue.readers import read_glue_tsv
 from sesame.tasks.glue.specs import glue_spec
 
-REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("SESAME_DATA_DIR", "../shared/data"))
-STUDY_DIR = Path(os.environ.get("SESAME_STUDY_DIR", "/work/study"))
+DATA_DIR = Path(data_dir_path())
 
 
 def read_predictions(path: Path) -> dict[int, int]:
