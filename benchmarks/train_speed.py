@@ -26,6 +26,10 @@ Arms (``--arms``; the reference is ``hf``):
                   dynamic padding (``--hf-group-by-length`` adds it)
   hf_fused        ``hf`` with ``optim=adamw_torch_fused`` (transformers' default optimiser on torch >= 2.8),
                   whatever sesame uses (``--hf-optim`` sets the other reference arms' optimiser)
+  hf_fast         the Trainer at its best on a CPU: its own length grouping (``train_sampling_strategy=
+                  "group_by_length"``, batches padded to their longest) and ``bf16=True, use_cpu=True``: the
+                  switches that match sesame_fast's. Each run records what took effect (the training sampler's
+                  class, the autocast state and dtype inside the model's forward) in ``switches``
 
 Every training runs in its own subprocess (so peak RSS is per run), ``--steps`` optimiser steps, and
 the arms of one task run back to back in interleaved repetitions (rep 1 in the listed order, rep 2
@@ -137,6 +141,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "hf_max_length": {"side": "hf", "padding": "max_length", "order": "sesame", "optim": None},
     "hf_grouped": {"side": "hf", "padding": "dynamic", "order": "group_by_length", "optim": None},
     "hf_fused": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": "adamw_torch_fused"},
+    # the Trainer with its own switches that match sesame_fast's (a fair speed baseline)
+    "hf_fast": {"side": "hf", "padding": "dynamic", "order": "group_by_length", "optim": None, "bf16": True},
 }
 REFERENCE = "hf"
 
@@ -340,6 +346,8 @@ class StepRecorder:
             "examples_per_step": self.examples, "tokens_per_step": self.tokens, "padded_tokens_per_step": self.padded_tokens,
             "tokens_per_s": sum(self.tokens[warmup:]) / seconds, "padded_tokens_per_s": sum(self.padded_tokens[warmup:]) / seconds,
             "examples_per_s": sum(self.examples[warmup:]) / seconds,
+            # what grouped arms compare on: their batches differ, so per-step times do not
+            "cpu_per_example_s": sum(self.step_cpu_seconds[warmup:]) / max(sum(self.examples[warmup:]), 1),
             "padding_share": 1 - sum(self.tokens) / max(sum(self.padded_tokens), 1),
             "train_examples": self.train_examples, "lrs": self.lrs, "param_groups": self.groups, "optimizer": self.optimizer, "optimizer_flags": self.optimizer_flags,
             "train_seconds": (self.train_end or 0) - (self.train_start or 0),
@@ -492,9 +500,9 @@ def sesame_optim(cfg: Any) -> str:
 
 
 def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: str, padding: str, order: str,
-           optim: str, save: bool = True) -> dict[str, Any]:
-    """Train the Hugging Face model on sesame's training examples with the ``Trainer``; save it (``save``)
-    into ``<run_dir>/hf_model``, a folder sesame-eval reads."""
+           optim: str, save: bool = True, bf16: bool = False) -> dict[str, Any]:
+    """Train the Hugging Face model on sesame's training examples with the ``Trainer`` (``bf16``: its own CPU bf16
+    autocast); save it (``save``) into ``<run_dir>/hf_model``, a folder sesame-eval reads."""
     import torch
     from sesame.tasks.inputs.batching import ResumableShuffleSampler
     from sesame.tasks.encoders.encoder import resolve_name_or_path
@@ -524,6 +532,7 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
     collator = (DataCollatorForTokenClassification(tokenizer, **pad) if kind == "token"
                 else DataCollatorWithPadding(tokenizer, **pad))
     recorder = StepRecorder()
+    switches = TrainerSwitches(model)
 
     class Timer(TrainerCallback):
         def on_train_begin(self, args, state, control, optimizer=None, **kw):
@@ -548,8 +557,8 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
             if order == "sesame":  # the very shuffle sesame's train loader draws (tasks/inputs/batching.py)
-                return ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed)
-            return super()._get_train_sampler(train_dataset)
+                return switches.sampler(ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed))
+            return switches.sampler(super()._get_train_sampler(train_dataset))
 
         def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
             recorder.batch(inputs)
@@ -561,7 +570,7 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
         adam_epsilon=settings["adam_epsilon"], lr_scheduler_type="linear",
         warmup_steps=int(settings["warmup_ratio"] * steps),  # sesame: int(warmup_ratio * total steps)
         max_grad_norm=settings["gradient_clip_val"] or 0.0, optim=optim, seed=settings["seed"],
-        **sampling_argument(TrainingArguments, order == "group_by_length"),
+        **sampling_argument(TrainingArguments, order == "group_by_length"), **precision_arguments(bf16),
         logging_strategy="steps", logging_steps=settings["log_every_n_steps"], save_strategy="no",
         eval_strategy="no", report_to="none", disable_tqdm=True, remove_unused_columns=False,
         dataloader_num_workers=settings["num_workers"], dataloader_pin_memory=torch.cuda.is_available(),
@@ -574,7 +583,55 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
     if save:
         trainer.save_model(str(folder))  # model + tokenizer: what sesame-eval model=<folder> reads
     return {**recorder.summary(warmup), "run_seconds": total, "hf_model": str(folder),
-            "attn_implementation": model.config._attn_implementation, "settings": settings, "hf_optim": optim}
+            "attn_implementation": model.config._attn_implementation, "settings": settings, "hf_optim": optim,
+            "switches": switches.check(order == "group_by_length", bf16)}
+
+
+def precision_arguments(bf16: bool) -> dict[str, Any]:
+    """TrainingArguments for the Trainer's own bf16 autocast; on a machine without CUDA it needs ``use_cpu``."""
+    import torch
+
+    return {"bf16": True, "use_cpu": not torch.cuda.is_available()} if bf16 else {}
+
+
+class TrainerSwitches:
+    """What the Trainer's speed switches did, read from the run itself rather than from its arguments: the class of
+    the sampler it trained with, and, inside the model's first training forward, the autocast state and dtype and
+    the dtype a linear layer computed in. The hook sits on the first ``nn.Linear``, not on the model: accelerate puts
+    autocast around the model's ``forward`` only, so a hook on the model itself would run outside it.
+    ``check`` fails the run when a switch that was asked for did not take effect."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        self.seen: dict[str, Any] = {}
+        linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+        self.handle = linear.register_forward_hook(self.forward_hook)
+
+    def sampler(self, sampler: Any) -> Any:
+        self.seen["sampler"] = type(sampler).__name__
+        return sampler
+
+    def forward_hook(self, module: Any, inputs: Any, output: Any) -> None:
+        import torch
+
+        if not module.training or "autocast" in self.seen:
+            return
+        device = output.device.type
+        self.seen["autocast"] = torch.is_autocast_enabled(device)
+        self.seen["autocast_dtype"] = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        self.seen["linear_dtype"] = str(output.dtype).removeprefix("torch.")
+
+    def check(self, grouped: bool, bf16: bool) -> dict[str, Any]:
+        """The switches seen; raises when grouping or bf16 was asked for and did not happen."""
+        self.handle.remove()
+        print(f"[hf] switches in effect: sampler {self.seen.get('sampler')}, autocast {self.seen.get('autocast')} "
+              f"({self.seen.get('autocast_dtype')}), a linear layer computed in {self.seen.get('linear_dtype')}", flush=True)
+        if grouped and self.seen.get("sampler") != "LengthGroupedSampler":
+            raise RuntimeError(f"length grouping was asked for, the Trainer sampled with {self.seen.get('sampler')}")
+        if bf16 and not (self.seen.get("autocast") and self.seen.get("linear_dtype") == "bfloat16"):
+            raise RuntimeError(f"bf16 was asked for, the forward ran with autocast {self.seen}")
+        return dict(self.seen)
 
 
 def sampling_argument(arguments: type, grouped: bool) -> dict[str, Any]:
@@ -615,7 +672,8 @@ def child(spec_file: Path) -> None:
             result["metric_value"] = None
     else:
         result = run_hf(spec["overrides"], spec["steps"], spec["warmup"], run_dir, TASKS[spec["task"]]["hf"],
-                        arm["padding"], arm["order"], arm["optim"] or spec["hf_optim"], save=spec["evaluate"])
+                        arm["padding"], arm["order"], arm["optim"] or spec["hf_optim"], save=spec["evaluate"],
+                        bf16=arm.get("bf16", False))
         result["metric"], result["metrics"], result["metric_value"] = None, {}, None
         if spec["evaluate"]:
             started = time.perf_counter()
@@ -662,16 +720,18 @@ def order_of(arms: list[str], rep: int) -> list[str]:
 
 
 RATIO_KEYS = ("step_median_s", "step_mean_s", "step_cpu_median_s", "loop_s_per_step", "tokens_per_s", "padded_tokens_per_s",
-              "examples_per_s", "peak_rss_train_mib")
+              "examples_per_s", "peak_rss_train_mib", "cpu_per_example_s")
+#: The Trainer at its best: the reference of the fair table (``fair_ratios``), where it ran.
+FAIR_REFERENCE = "hf_fast"
 
 
-def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per task and arm: the median over repetitions of each number, and its ratio to the reference
+def summarize(results: list[dict[str, Any]], reference: str = REFERENCE) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per task and arm: the median over repetitions of each number, and its ratio to ``reference``
     (per repetition, then median / min / max over repetitions)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for task in dict.fromkeys(r["task"] for r in results):
         rows = [r for r in results if r["task"] == task]
-        ref = {r["rep"]: r for r in rows if r["arm"] == REFERENCE}
+        ref = {r["rep"]: r for r in rows if r["arm"] == reference}
         out[task] = {}
         for arm in dict.fromkeys(r["arm"] for r in rows):
             runs = [r for r in rows if r["arm"] == arm]
@@ -686,6 +746,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, An
             entry["metric"] = next((r["metric"] for r in scored), None)
             entry["metric_value"] = scored[0]["metric_value"] if scored else None
             entry["padding_share"] = runs[0]["padding_share"]
+            entry["switches"] = runs[0].get("switches")
             entry["tokens_per_step"] = statistics.fmean(runs[0]["tokens_per_step"])
             entry["padded_tokens_per_step"] = statistics.fmean(runs[0]["padded_tokens_per_step"])
             out[task][arm] = entry
@@ -738,6 +799,7 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
             lines.append(f"| {task} | {arm} | {fmt_ratio(e, 'step_median_s')} | {fmt_ratio(e, 'step_mean_s')} | "
                          f"{fmt_ratio(e, 'step_cpu_median_s')} | {fmt_ratio(e, 'loop_s_per_step')} | {fmt_ratio(e, 'tokens_per_s')} | "
                          f"{fmt_ratio(e, 'examples_per_s')} | {fmt_ratio(e, 'peak_rss_train_mib')} | {metric} |")
+    lines += fair_table(summary, meta.get("fair"))
     lines += ["", "### Absolute numbers (median over repetitions)", "",
               ("| task | arm | step median s | step mean s | step CPU s | loop s/step | real tok/step | padded tok/step | "
                "padding | real tok/s | padded tok/s | examples/s | peak RSS MiB | dev metric |"),
@@ -768,6 +830,33 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
          f"python {meta['python']}; wall time {meta['wall_s'] / 60:.1f} min."),
     ]
     return "\n".join(lines) + "\n"
+
+
+def fair_table(summary: dict[str, Any], fair: dict[str, Any] | None) -> list[str]:
+    """The sesame arms against the Trainer at its best (``FAIR_REFERENCE``: its own length grouping and bf16), with
+    the switches its runs showed in effect; nothing where that arm did not run."""
+    if not fair:
+        return []
+    lines = ["", f"### Against the Trainer at its best (`{FAIR_REFERENCE}`)", "",
+             ("Both sides length-group their batches (each its own way), so their batches differ: CPU per training "
+              "example is the figure to read, with peak RSS and the tokens each computed."), "",
+             "| task | arm | CPU per example × | examples/s × | padded tokens/step × | peak RSS × | dev metric (arm / ref) |",
+             "|---|---|---|---|---|---|---|"]
+    for task, arms in fair.items():
+        ref = arms.get(FAIR_REFERENCE)
+        if ref is None:
+            continue
+        for arm, e in arms.items():
+            if ARMS[arm]["side"] != "sesame":
+                continue
+            metric = "n/a" if e["metric_value"] is None or ref.get("metric_value") is None else \
+                f"{e['metric']} {e['metric_value']:.4f} / {ref['metric_value']:.4f}"
+            lines.append(f"| {task} | {arm} | {fmt_ratio(e, 'cpu_per_example_s')} | {fmt_ratio(e, 'examples_per_s')} | "
+                         f"{e['padded_tokens_per_step'] / ref['padded_tokens_per_step']:.2f} | "
+                         f"{fmt_ratio(e, 'peak_rss_train_mib')} | {metric} |")
+    seen = "; ".join(f"{task}: {', '.join(f'{k} {v}' for k, v in (arms[FAIR_REFERENCE].get('switches') or {}).items())}"
+                     for task, arms in fair.items() if FAIR_REFERENCE in arms)
+    return [*lines, "", f"Switches in effect in `{FAIR_REFERENCE}`'s runs (read inside the run): {seen}."]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -814,6 +903,8 @@ def main(argv: list[str] | None = None) -> None:
                            for r in results},
             "wall_s": time.perf_counter() - started, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     summary, checks = summarize(results), same_batches(results)
+    if any(r["arm"] == FAIR_REFERENCE for r in results):
+        meta["fair"] = summarize(results, FAIR_REFERENCE)
     text = markdown(args, summary, checks, meta)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"}
     (args.out / "train_speed.json").write_text(json.dumps(
