@@ -16,6 +16,10 @@ own. Arms:
                validated every half epoch
   sesame_grouped  (optional) sesame_fast without data.pad_to_multiple_of (grouped batches padded to their
                longest): the cheaper choice on short sentences (docs/results/fast_arm_ablation.md)
+  hf_fast      (optional) the Trainer at its best on a CPU, the fair baseline of the speed arms: the hf arm plus its
+               own length grouping (train_sampling_strategy="group_by_length") and bf16=True with use_cpu=True,
+               validated every half epoch at the points sesame_fast validates; what took effect (sampler class,
+               autocast dtype) is read inside the run and kept in its result (``switches``)
   sesame_best  (optional; GLUE) sesame_fast plus the task's winner of the recipe sweep (--sweep: pooling,
                fusion, full/LoRA, learning rate; 8 candidates chosen on a held-out 10% of the training
                file, never on dev), trained on the whole training file
@@ -61,6 +65,7 @@ import contextlib
 import datetime
 import fcntl
 import functools
+import hashlib
 import json
 import math
 import os
@@ -91,9 +96,11 @@ from train_speed import (  # noqa: E402
     HF_KEYS,
     OFFLINE,
     HFExamples,
+    TrainerSwitches,
     check_mirrorable,
     evaluate_hf,
     hf_model,
+    precision_arguments,
     sampling_argument,
     sesame_optim,
     sesame_optimizer,
@@ -106,10 +113,6 @@ DEFAULT_REPORT = REPO / "docs" / "results" / "full_data_study.md"
 RUN_RECORDS = DEFAULT_REPORT.parent / DEFAULT_REPORT.stem / "runs"
 README = REPO / "README.md"
 README_BEGIN, README_END = "<!-- full-data-study:begin -->", "<!-- full-data-study:end -->"
-#: Per-step CPU of the speed arms against the Trainer's, measured side by side (interleaved repetitions, one machine)
-#: by benchmarks/train_speed.py on a task's recipe, one JSON per task: the time of arms whose units ran on different
-#: machines (``machines_of``) comes from these instead of their CPU seconds.
-STEP_COSTS = DEFAULT_REPORT.parent / DEFAULT_REPORT.stem / "step_costs"
 #: Published dev-set figures of other small encoders, for context only (different models and recipes).
 PUBLISHED: dict[str, str] = {
     "rte": "MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ",
@@ -159,6 +162,10 @@ ORDER = list(TASKS)  # small first
 ARMS: dict[str, dict[str, Any]] = {
     "sesame": {"side": "sesame", "overrides": [], "label": "sesame (preset defaults)"},
     "hf": {"side": "hf", "overrides": [], "label": "transformers Trainer"},
+    # The Trainer with its own switches that match sesame_fast's, validated at sesame_fast's points: the baseline
+    # every speed claim is measured against.
+    "hf_fast": {"side": "hf", "overrides": [], "grouped": True, "bf16": True, "val_per_epoch": 2,
+                "label": "the Trainer at its best: its own length grouping and bf16, validated every half epoch"},
     # What sesame ships for speed, on top of the same recipe: length-grouped batches (less padding)
     # padded to a multiple of 32 tokens (a few batch shapes: no retained-memory creep, see
     # docs/results/peak_rss_allocator.md), bf16 autocast (fast on CPUs with avx512_bf16 / AMX, as this
@@ -243,6 +250,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Hydra override for one task, both arms, e.g. squad_v1:data.max_seq_length=256")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished unit's resume state (last.ckpt, Trainer checkpoints); best weights are kept anyway")
+    parser.add_argument("--rerun-unfingerprinted", action="store_true",
+                        help="rerun the planned units whose finished result carries no machine fingerprint (recorded "
+                        "before attempts did), so that their CPU seconds can be divided by the other arms' of this "
+                        "machine; the old result is kept beside it as result.unfingerprinted.json")
     parser.add_argument("--plan", action="store_true", help="list the units and their state, run nothing")
     parser.add_argument("--report", action="store_true", help="only write the report from the finished units")
     parser.add_argument("--report-file", type=Path, default=None,
@@ -349,7 +360,8 @@ def arm_spec(args: argparse.Namespace, arm: str, task: str) -> dict[str, Any] | 
             return None
         return {"side": "sesame", "mirrored": False, "arm_overrides": [*fast, *SWEEP_GRID[choice]], "recipe": choice}
     return {"side": ARMS[arm]["side"], "mirrored": ARMS[arm].get("mirrored", True),
-            "arm_overrides": list(ARMS[arm]["overrides"]), "head_init": ARMS[arm].get("head_init")}
+            "arm_overrides": list(ARMS[arm]["overrides"]), "head_init": ARMS[arm].get("head_init"),
+            **{key: ARMS[arm][key] for key in ("grouped", "bf16", "val_per_epoch") if key in ARMS[arm]}}
 
 
 def unit_dir(out: Path, unit: dict[str, Any]) -> Path:
@@ -675,6 +687,9 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     model = hf_model(kind, resolve_name_or_path(str(cfg.encoder.name_or_path)), cfg, datamodule)
     if spec.get("head_init") == "torch":
         init_task_layer_as_sesame(model, kind)
+    grouped, bf16 = bool(spec.get("grouped")), bool(spec.get("bf16"))
+    validate_at = validation_steps(steps_per_epoch, int(spec.get("val_per_epoch") or 1))
+    switches = TrainerSwitches(model)
     collator = DataCollatorForTokenClassification(tokenizer) if kind == "token" else DataCollatorWithPadding(tokenizer)
     output_dir = folder / "hf"
     best_dir, epoch_dir = folder / "hf_best", folder / "hf_epoch_model"
@@ -727,10 +742,13 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
         def on_step_begin(self, args, state, control, **kw):
             kill_now_if(spec, state.global_step)
 
-        def on_step_end(self, args, state, control, **kw):
+        def on_step_end(self, args, state, control, model=None, **kw):
             if stopping["sigterm"]:
                 control.should_save = True
                 control.should_training_stop = True
+            elif state.global_step % steps_per_epoch in validate_at:  # mid-epoch validations (val_per_epoch > 1)
+                evaluate_epoch(model, state.global_step)
+                control.should_save = True
 
         def on_epoch_end(self, args, state, control, model=None, **kw):
             if stopping["sigterm"] or state.global_step % steps_per_epoch:
@@ -747,7 +765,9 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
             return self.optimizer
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
-            return ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed)
+            if grouped:  # the Trainer's own LengthGroupedSampler
+                return switches.sampler(super()._get_train_sampler(train_dataset))
+            return switches.sampler(ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed))
 
         def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
             clock.batch(self.state.global_step // steps_per_epoch, inputs)
@@ -767,7 +787,7 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
         learning_rate=settings["encoder_lr"], weight_decay=settings["weight_decay"], adam_epsilon=settings["adam_epsilon"],
         lr_scheduler_type="linear", warmup_steps=int(settings["warmup_ratio"] * total_steps),
         max_grad_norm=settings["gradient_clip_val"] or 0.0, optim=optim, seed=settings["seed"],
-        **sampling_argument(TrainingArguments, False),
+        **sampling_argument(TrainingArguments, grouped), **precision_arguments(bf16),
         logging_strategy="steps", logging_steps=settings["log_every_n_steps"],
         save_strategy="steps" if spec.get("ckpt_steps") else "no", save_steps=spec.get("ckpt_steps") or 500,
         eval_strategy="no", report_to="none", disable_tqdm=True, remove_unused_columns=False,
@@ -782,6 +802,7 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
         print("[hf] stopped by SIGTERM with a checkpoint; rerun to resume", flush=True)
         sys.exit(EXIT_STOPPED)
     wall, cpu = clock.reading()
+    seen = switches.check(grouped, bf16)
     # The best dev epoch's model, scored again with the test set where the task has one (as sesame's best.ckpt).
     best_metrics: dict[str, Any] = {}
     if best is not None:
@@ -799,7 +820,15 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
             "save_wall_s": clock.save_total["wall"], "save_cpu_s": clock.save_total["cpu"],
             "history": clock.history, "fingerprints": clock.fingerprints, "steps_per_epoch": steps_per_epoch,
             "train_examples": len(examples), "restored_step": clock.restored_step,
-            "peak_rss_before_eval_mib": clock.peak_rss_before_eval, "model": type(model).__name__}
+            "peak_rss_before_eval_mib": clock.peak_rss_before_eval, "model": type(model).__name__, "switches": seen}
+
+
+def validation_steps(steps_per_epoch: int, per_epoch: int) -> set[int]:
+    """The mid-epoch steps (``global_step % steps_per_epoch``) of ``per_epoch`` validations an epoch, at the points
+    Lightning's ``val_check_interval=1/per_epoch`` puts sesame's (every ``int(steps_per_epoch / per_epoch)`` batches);
+    the epoch's end is validated apart."""
+    every = int(steps_per_epoch / per_epoch)
+    return {k * every for k in range(1, per_epoch)} - {0} if every else set()
 
 
 def child(spec_file: Path) -> None:
@@ -886,7 +915,7 @@ def run_attempt(args: argparse.Namespace, unit: dict[str, Any], folder: Path, at
         proc.returncode = os.waitstatus_to_exitcode(status)
         stop.child = None
     record = {"attempt": attempt, "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-              "boot": boot_time(),
+              "boot": boot_time(), "machine": machine_fingerprint(),
               "wall_s": time.time() - started, "cpu_s": usage.ru_utime + usage.ru_stime,
               "peak_rss_mib": usage.ru_maxrss / 1024, "returncode": proc.returncode}
     attempts = json.loads((folder / "attempts.json").read_text()) if (folder / "attempts.json").is_file() else []
@@ -904,23 +933,51 @@ def boot_time() -> str | None:
     return datetime.datetime.fromtimestamp(time.time() - up).isoformat(timespec="minutes")
 
 
+def machine_fingerprint() -> str | None:
+    """The processor an attempt ran on: its model, core count and a digest of its feature flags (None off Linux).
+    CPU seconds are divided only between attempts with one fingerprint and one boot (``machines_of``)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = " ".join(sorted(fields.get("flags", "").split()))
+    digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
+    return f"{fields.get('model name', platform.processor() or '?')}, {os.cpu_count()} cores, flags {digest}"
+
+
 #: Boots of the machines that ran attempts recorded before attempts carried their ``boot``: such an attempt ran on
 #: the latest of these that precedes it (the 2026-12-04T19:18 boot was a fresh machine; the units before it ran on
 #: an earlier one).
 KNOWN_BOOTS = ("2026-12-04T19:18",)
 
 
+#: What ``machines_of`` says of an attempt recorded before attempts carried their ``machine_fingerprint``.
+NO_FINGERPRINT = "no fingerprint"
+
+
 def machines_of(result: dict[str, Any]) -> set[str]:
-    """The machines (boots) a unit's attempts ran on; "unknown" for an attempt without a start time."""
+    """The machines a unit's attempts ran on, each as "<boot> · <processor fingerprint>"; the boot is "unknown" for
+    an attempt without a start time, and the fingerprint ``NO_FINGERPRINT`` for one recorded before attempts
+    carried it."""
     machines = set()
     for attempt in result.get("attempts") or [{}]:
         started = attempt.get("started")
         if attempt.get("boot") or not started:
-            machines.add(attempt.get("boot") or "unknown")
-            continue
-        before = [b for b in KNOWN_BOOTS if b <= started[:16]]
-        machines.add(before[-1] if before else f"before {KNOWN_BOOTS[0]}")
+            boot = attempt.get("boot") or "unknown"
+        else:
+            before = [b for b in KNOWN_BOOTS if b <= started[:16]]
+            boot = before[-1] if before else f"before {KNOWN_BOOTS[0]}"
+        machines.add(f"{boot} · {attempt.get('machine') or NO_FINGERPRINT}")
     return machines
+
+
+def one_machine(results: list[dict[str, Any]]) -> bool:
+    """Whether every attempt of ``results`` ran on one machine (one boot, one processor fingerprint): the only case in
+    which their CPU seconds divide into a ratio."""
+    machines = set().union(*(machines_of(r) for r in results)) if results else set()
+    return len(machines) == 1 and not any(m.endswith(NO_FINGERPRINT) or m.startswith("unknown") for m in machines)
 
 
 def attempts_on_record(result: dict[str, Any]) -> bool:
@@ -981,6 +1038,11 @@ def run_study(args: argparse.Namespace) -> None:
     lock_file.flush()
     meta = {"commit": git_commit(), "data_dir": data_dir}
     units = plan(args)
+    if args.rerun_unfingerprinted:
+        for unit in units:
+            result_file = unit_dir(args.out, unit) / "result.json"
+            if result_file.is_file() and all(m.endswith(NO_FINGERPRINT) for m in machines_of(json.loads(result_file.read_text()))):
+                result_file.rename(result_file.with_name("result.unfingerprinted.json"))
     stop = Stop()
     ran = 0
     print(f"[study] {len(units)} units into {args.out}; data {data_dir}; commit {meta['commit']}", flush=True)
@@ -1069,100 +1131,81 @@ def time_to_accuracy(results: list[dict[str, Any]], arm: str = "sesame", ref: st
         target = h["final"].get(metric)
         cpu = reach(r["history"], metric, target, "train_cpu_s") if target is not None else None
         wall = reach(r["history"], metric, target, "train_wall_s") if target is not None else None
+        same = one_machine([r, h])
         rows.append({"task": task, "arm": arm, "seed": seed, "metric": metric, "target": target, "arm_final": r["final"].get(metric),
                      "arm_cpu_to_target": cpu, "ref_cpu": h["train_cpu_s"], "arm_cpu": r["train_cpu_s"],
-                     "cpu_ratio": cpu / h["train_cpu_s"] if cpu is not None else None,
-                     "wall_ratio": wall / h["train_wall_s"] if wall is not None else None,
-                     "total_cpu_ratio": r["train_cpu_s"] / h["train_cpu_s"],
+                     "cpu_ratio": cpu / h["train_cpu_s"] if cpu is not None and same else None,
+                     "wall_ratio": wall / h["train_wall_s"] if wall is not None and same else None,
+                     "total_cpu_ratio": r["train_cpu_s"] / h["train_cpu_s"] if same else None, "same_machine": same,
                      "same_batches": r.get("fingerprints") == h.get("fingerprints")})
     return rows
 
 
-def speed_arm_of(arm: str) -> str | None:
-    """benchmarks/train_speed.py's arm that trains as the study's sesame ``arm`` does: the same overrides, less the
-    study's validation cadence (None for arms whose overrides are chosen later, or have no such twin)."""
-    overrides = ARMS[arm]["overrides"] if ARMS[arm]["side"] == "sesame" else None
-    if overrides is None:
-        return None
-    overrides = [o for o in overrides if not o.startswith("trainer.val_check_interval=")]
-    return next((name for name, spec in SPEED_ARMS.items() if spec["side"] == "sesame" and spec["overrides"] == overrides),
-                None)
+#: The reference of every speed ratio: the Trainer at its best (its own length grouping and bf16), not the ``hf`` arm
+#: with its speed switches off.
+SPEED_REF = "hf_fast"
+#: Validations of two arms are matched points when their epochs differ by at most this much (Lightning validates a
+#: half epoch at ``int(steps / 2)``, the Trainer arm at the same step; an epoch's end may read 0.9913 against 1.0).
+MATCH_EPOCHS = 0.02
 
 
-def step_cost_ratio(task: str, arm: str, recipe: dict[str, Any]) -> float | None:
-    """``arm``'s mean step CPU over the Trainer's (means: a run's CPU is their sum, and grouped batches vary in
-    length), median over the interleaved repetitions of ``STEP_COSTS/<task>.json`` (a benchmarks/train_speed.py
-    result, read for train_speed's twin of ``arm``); None without one, or when its batch size or max length is not
-    ``recipe``'s."""
-    file, twin = STEP_COSTS / f"{task}.json", speed_arm_of(arm) if arm in ARMS else None
-    if twin is None or not file.is_file():
-        return None
-    runs = json.loads(file.read_text())["runs"]
-    if any(r["settings"].get(k) != recipe.get(k) for r in runs for k in ("batch_size", "max_seq_length")):
-        return None
-
-    def per_rep(name: str) -> dict[int, float]:
-        return {r["rep"]: statistics.fmean(r["step_cpu_seconds"]) for r in runs if r["arm"] == name}
-
-    mine, ref = per_rep(twin), per_rep("hf")
-    ratios = [mine[rep] / ref[rep] for rep in mine if rep in ref]
-    return statistics.median(ratios) if ratios else None
+def mean_curve(runs: list[dict[str, Any]], metric: str) -> list[dict[str, float]]:
+    """The runs' dev curve averaged over seeds: epoch, metric and training seconds at each validation (seeds share
+    the schedule; the shortest history bounds it)."""
+    length = min(len(r["history"]) for r in runs)
+    return [{key: statistics.fmean(r["history"][i][key] for r in runs) for key in ("epoch", "train_cpu_s", "train_wall_s")}
+            | {"metric": statistics.fmean(r["history"][i]["metrics"].get(metric, float("-inf")) for r in runs)}
+            for i in range(length)]
 
 
-def mean_time_to_accuracy(results: list[dict[str, Any]], arm: str, ref: str = "hf") -> list[dict[str, Any]]:
-    """The rule the speed goal and the README use, per task where both arms have finished seeds: the arm's dev
-    curve averaged over its seeds (metric and training seconds at each validation; seeds share the schedule, the
-    shortest history bounds it) against the mean of the Trainer's final dev metrics, the figure the table shows.
-    Ratio: the arm's mean CPU (wall) seconds at the first validation where its mean curve reaches that target, over
-    the Trainer's mean CPU (wall) seconds for its whole run. Means against means: no single lucky seed of either arm
-    decides, and arms whose batches differ from the Trainer's (``sesame_fast``) are measured as the others are."""
+def mean_time_to_accuracy(results: list[dict[str, Any]], arm: str, ref: str = SPEED_REF) -> list[dict[str, Any]]:
+    """The rule the speed goal and the README use, per task where both arms have finished seeds: both arms' dev
+    curves averaged over their seeds (``mean_curve``), the target the mean of ``ref``'s final dev metrics. Each arm's
+    time is its mean CPU (wall) seconds at the first validation where its mean curve reaches the target, the arm
+    counted only at validations ``ref`` also made (matched points: a half-epoch check of the arm that the Trainer did
+    not make cannot decide). Ratio: the arm's time over ``ref``'s. Times divide only where every unit of the row ran on
+    one machine (``one_machine``); elsewhere the ratios are None and ``same_machine`` False."""
     rows = []
     for task in dict.fromkeys(r["task"] for r in results):
         mine = [r for r in results if r["task"] == task and r["arm"] == arm and r["history"]]
-        if not mine:
+        theirs = [r for r in results if r["task"] == task and r["arm"] == ref and r["history"]]
+        if not mine or not theirs:
             continue
         metric = mine[0]["main_metric"]
-        theirs = [r for r in results if r["task"] == task and r["arm"] == ref]
         targets = [r["final"][metric] for r in theirs if r["final"].get(metric) is not None]
         if not targets:
             continue
         target = statistics.fmean(targets)
-        length = min(len(r["history"]) for r in mine)
-        curve = [{key: statistics.fmean(r["history"][i][key] for r in mine) for key in ("train_cpu_s", "train_wall_s")}
-                 | {"metric": statistics.fmean(r["history"][i]["metrics"].get(metric, float("-inf")) for r in mine)}
-                 for i in range(length)]
-        hit = next((i for i, point in enumerate(curve) if point["metric"] >= target), None)
-        ref_cpu = statistics.fmean(r["train_cpu_s"] for r in theirs)
-        ref_wall = statistics.fmean(r["train_wall_s"] for r in theirs)
-        # the step of that validation over the Trainer's steps, at the per-step cost of a side-by-side measurement
-        steps = (mine[0]["history"][hit]["step"] / statistics.fmean(r["final"]["step"] for r in theirs)
-                 if hit is not None else None)
-        step_cost = step_cost_ratio(task, arm, theirs[0].get("settings", {}))
-        machines = set().union(*(machines_of(r) for r in mine + theirs))
-        rows.append({"task": task, "arm": arm, "metric": metric, "seeds": len(mine), "ref_seeds": len(theirs),
+        curve, ref_curve = mean_curve(mine, metric), mean_curve(theirs, metric)
+        matched = [i for i, point in enumerate(curve) if any(abs(point["epoch"] - q["epoch"]) <= MATCH_EPOCHS for q in ref_curve)]
+        hit = next((i for i in matched if curve[i]["metric"] >= target), None)
+        ref_hit = next((q for q in ref_curve if q["metric"] >= target - 1e-12), ref_curve[-1])
+        same = one_machine(mine + theirs)
+        divide = lambda key: curve[hit][key] / ref_hit[key] if hit is not None and same else None  # noqa: E731
+        rows.append({"task": task, "arm": arm, "ref": ref, "metric": metric, "seeds": len(mine), "ref_seeds": len(theirs),
                      "target": target, "arm_final": curve[-1]["metric"],
-                     "arm_cpu_to_target": curve[hit]["train_cpu_s"] if hit is not None else None, "ref_cpu": ref_cpu,
-                     "cpu_ratio": curve[hit]["train_cpu_s"] / ref_cpu if hit is not None else None,
-                     "wall_ratio": curve[hit]["train_wall_s"] / ref_wall if hit is not None else None,
-                     "total_cpu_ratio": statistics.fmean(r["train_cpu_s"] for r in mine) / ref_cpu,
-                     "same_machine": len(machines) == 1, "step_cost_ratio": step_cost,
-                     "side_by_side_ratio": steps * step_cost if steps is not None and step_cost is not None else None})
+                     "arm_cpu_to_target": curve[hit]["train_cpu_s"] if hit is not None else None,
+                     "ref_cpu": ref_hit["train_cpu_s"], "reached": hit is not None,
+                     "cpu_ratio": divide("train_cpu_s"), "wall_ratio": divide("train_wall_s"),
+                     "total_cpu_ratio": (statistics.fmean(r["train_cpu_s"] for r in mine)
+                                         / statistics.fmean(r["train_cpu_s"] for r in theirs)) if same else None,
+                     "matched_points": len(matched), "same_machine": same})
     return rows
 
 
 def goal_ratio(row: dict[str, Any]) -> float | None:
-    """The CPU ratio the speed goal counts: measured where the arm and the Trainer ran on one machine, else the
-    side-by-side one (None without a side-by-side measurement: CPU seconds of two machines do not compare)."""
-    return row["cpu_ratio"] if row["same_machine"] else row["side_by_side_ratio"]
+    """The CPU ratio the speed goal counts: only one measured with every unit on one machine."""
+    return row["cpu_ratio"] if row["same_machine"] else None
 
 
 def reach_cells(t: dict[str, Any]) -> str:
     """A time-to-accuracy row's cells from the metric on: target, arm's final, CPU minutes to reach and the
     Trainer's, the CPU and wall ratios, the whole-run CPU ratio."""
     to_target = t["arm_cpu_to_target"] / 60 if t["arm_cpu_to_target"] is not None else None
-    ratio = fmt(t["cpu_ratio"], ".2f") if t["cpu_ratio"] is not None else "not reached"
+    refused = "two machines" if not t.get("same_machine", True) else None
+    ratio = fmt(t["cpu_ratio"], ".2f") if t["cpu_ratio"] is not None else refused or "not reached"
     return (f"{t['metric'][4:]} | {fmt(t['target'])} | {fmt(t['arm_final'])} | {fmt(to_target, '.1f')} | "
-            f"{t['ref_cpu'] / 60:.1f} | {ratio} | {fmt(t['wall_ratio'], '.2f')} | {t['total_cpu_ratio']:.2f}")
+            f"{t['ref_cpu'] / 60:.1f} | {ratio} | {fmt(t['wall_ratio'], '.2f')} | {fmt(t['total_cpu_ratio'], '.2f')}")
 
 
 def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
