@@ -22,5 +22,7 @@ install: $(VENV)/.installed
 run: install
 	$(OFFLINE) $(BIN)/sesame-train $(ARGS)
 
+# -n auto: one worker per core (tests are single-threaded and keep to their own tmp folders); the 15 slowest
+# tests are listed at the end.
 test: install
-	$(OFFLINE) $(BIN)/python -m pytest -q $(ARGS)
+	$(OFFLINE) $(BIN)/python -m pytest -q -n auto --durations=15 $(ARGS)
