@@ -122,9 +122,29 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer, scheduler = build_optimizer(
             self.encoder, self.head_named_parameters(), self.finetune, int(self.trainer.estimated_stepping_batches),
-            allow_fused="mixed" not in str(self.trainer.precision),
+            allow_fused=not self.gradients_scaled(),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def gradients_scaled(self) -> bool:
+        """Whether the precision plugin scales the loss (fp16 ``16-mixed``'s GradScaler). bf16 autocast has no scaler."""
+        return getattr(self.trainer.precision_plugin, "scaler", None) is not None
+
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clip as Lightning does, also for the fused AdamW under bf16 autocast. Lightning's mixed-precision plugin
+        refuses to clip a fused optimiser's gradients because, under fp16's GradScaler, they are still scaled until its
+        step; bf16 has no scaler, so they are already the true gradients. Without this, bf16 runs fell back to the
+        per-tensor AdamW: on CPU its step cost a fixed 0.1-0.3 s more than the fused kernel's."""
+        inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's LightningOptimizer wraps the torch one
+        if gradient_clip_val and not self.gradients_scaled() and getattr(inner, "_step_supports_amp_scaling", False):
+            from lightning.pytorch.plugins.precision import Precision
+            from lightning.pytorch.utilities import GradClipAlgorithmType
+
+            Precision.clip_gradients(self.trainer.precision_plugin, inner, gradient_clip_val,
+                                     GradClipAlgorithmType(gradient_clip_algorithm or "norm"))
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_before_optimizer_step(self, optimizer: Any) -> None:
         """Log what the Hugging Face Trainer logs at each step: the learning rate of each parameter group

@@ -185,8 +185,8 @@ def build_optimizer(
     total_steps: int, allow_fused: bool = True,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with separate encoder / head learning rates and a linear warm-up then decay schedule.
-    ``allow_fused=False`` keeps the for-each kernel (Lightning's mixed precision refuses to clip the
-    gradients of a fused optimiser, which unscales them itself)."""
+    ``allow_fused=False`` keeps the per-tensor kernel: under fp16's GradScaler Lightning refuses to clip the gradients
+    of a fused optimiser, which unscales them itself (bf16 has no scaler: ``TaskModule.configure_gradient_clipping``)."""
     # Each group is named ("encoder" / "head"): the logs' learning rates are lr_encoder and lr_head.
     groups = [{**g, "name": "encoder"} for g in parameter_groups(encoder.named_parameters(), settings.encoder_lr,
                                                                  settings.weight_decay)]
