@@ -28,7 +28,8 @@ from sesame.tasks.saved.checkpoints import find_checkpoint
 
 LOCK_NAME = ".sesame.lock"
 HYDRA_RECORD = ".hydra"
-#: What an earlier run leaves in its folder beside its config.yaml: a finished one its metrics, a killed one its checkpoints.
+#: What an earlier run leaves in its folder: a finished one its metrics, a killed one its checkpoints. Any of them marks
+#: the folder as a run's, with or without its config.yaml (a copied or half-cleaned folder).
 EARLIER_RUN = ("metrics.json", "checkpoints/last.ckpt", "checkpoints/best.ckpt")
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def refuse_earlier_run(settings: RunSettings, run_dir: Path) -> None:
     run, ``overwrite=true`` replaces it (its results are deleted first, so none of them survives beside the
     new run's), and anything else is refused before anything is written."""
     found = [name for name in EARLIER_RUN if (run_dir / name).is_file()]
-    if not found or not (run_dir / "config.yaml").is_file() or resume_asked(settings.resume):
+    if not found or resume_asked(settings.resume):
         return
     if not settings.overwrite:
         raise ConfigError(

@@ -63,3 +63,15 @@ def test_overwrite_replaces_the_earlier_run_and_resume_continues_it(make_cfg, tm
     metrics = train(make_cfg(*TINY, "overwrite=true", "seed=3"), run)
     assert json.loads((run / "metrics.json").read_text()) == metrics != {"earlier": 1}
     assert train(make_cfg(*TINY, "resume=true", "seed=3"), run) == metrics  # already at its last step
+
+
+def test_a_folder_with_results_but_no_config_is_refused_too(make_cfg, tmp_path):
+    # what a copied or half-cleaned run folder looks like: its metrics and best weights, its config.yaml gone
+    run = tmp_path / "run"
+    train(make_cfg(*TINY), run)
+    (run / "config.yaml").unlink()
+    before = _files(run)
+    assert "metrics.json" in before and "checkpoints/best.ckpt" in before
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(make_cfg(*TINY, "seed=7"), run)
+    assert _files(run) == before
