@@ -80,6 +80,19 @@ def write_errors_explained(path: Path, kept: str) -> Iterator[None]:
         raise explained from err
 
 
+#: The name :func:`atomic_open` writes ``name`` under until it is whole: ``.<name>.<random>.tmp`` beside it.
+TEMPORARY_GLOB = ".*.tmp"
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the half-written files that writers killed mid-write (SIGKILL, power loss) left below ``folder``; call it
+    only while no writer can be running there (a held run folder). Returns what was removed."""
+    stale = [p for p in Path(folder).rglob(TEMPORARY_GLOB) if p.is_file()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     """``with atomic_open(path, "wb") as f: ...``: ``path`` appears, whole, only when the block succeeds."""
@@ -87,7 +100,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     kept = f"The previous {path.name} is intact. " if path.is_file() else "Nothing was written. "
     with write_errors_explained(path, kept):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # TEMPORARY_GLOB
         try:
             os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it private (0600); a run's files are as readable as any
             with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:

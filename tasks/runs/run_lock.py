@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 
 from sesame.tasks.base.run_settings import RunSettings
-from sesame.tasks.core.atomic_files import write_text_atomic
+from sesame.tasks.core.atomic_files import remove_stale_temporaries, write_text_atomic
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.saved.checkpoints import find_checkpoint
@@ -59,6 +59,8 @@ def holds_run_folder(run: Callable[..., T]) -> Callable[..., T]:
             if is_main_process():
                 settings = RunSettings.from_config(cfg)
                 refuse_earlier_run(settings, run_dir)
+                for stale in remove_stale_temporaries(run_dir):  # the folder is held: no writer of ours is alive
+                    log.warning("removed %s, a file a killed run left half-written", stale)
                 write_hydra_record(cfg, run_dir)
             return run(cfg, run_dir, **kwargs)
 

@@ -75,3 +75,14 @@ def test_a_folder_with_results_but_no_config_is_refused_too(make_cfg, tmp_path):
     with pytest.raises(ConfigError, match="already holds a run"):
         train(make_cfg(*TINY, "seed=7"), run)
     assert _files(run) == before
+
+
+def test_a_resume_removes_what_a_killed_checkpoint_write_left_half_written(make_cfg, tmp_path):
+    run = tmp_path / "run"
+    metrics = train(make_cfg(*TINY), run)
+    # SIGKILL inside atomic_open's write of last.ckpt leaves its temporary beside the previous, whole checkpoint
+    half = run / "checkpoints" / ".last.ckpt.k1ll3d.tmp"
+    half.write_bytes(b"\x80half a checkpoint")
+    assert train(make_cfg(*TINY, "resume=true"), run) == metrics
+    assert not half.exists() and (run / "checkpoints" / "last.ckpt").is_file()
+    assert not list(run.rglob(".*.tmp"))
