@@ -45,14 +45,27 @@ def file_in_the_way(path: Path) -> Path | None:
     return None
 
 
+def first_missing_folder(path: Path) -> Path | None:
+    """The outermost folder above ``path`` that does not exist (``/proc/nope`` of ``/proc/nope/out.jsonl``), or None."""
+    missing = None
+    for parent in path.parents:
+        if parent.exists():
+            return missing
+        missing = parent
+    return missing
+
+
 def write_error(err: OSError, path: Path, kept: str) -> WriteError | None:
     """The :class:`WriteError` that tells the user why ``path`` could not be written, and ``kept``
     (a sentence on what is still there, or ""); None where ``err`` is not theirs to fix."""
     if isinstance(err, WriteError):
         return err
     blocker = file_in_the_way(path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
+    missing = first_missing_folder(path) if err.errno == errno.ENOENT else None
     if blocker is not None:
         what, fix = f"{blocker} is a file, not a folder", "choose a path whose parents are folders, or move that file"
+    elif missing is not None:  # its folder could not be made (under /proc, a dangling mount, a folder removed meanwhile)
+        what, fix = f"the folder {missing} cannot be created there", "write under a folder that exists or can be created"
     elif err.errno in WRITE_PROBLEMS:
         what, fix = WRITE_PROBLEMS[err.errno]
     else:

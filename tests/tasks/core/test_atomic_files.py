@@ -67,3 +67,24 @@ def test_other_os_errors_stay_bugs(tmp_path):
         with atomic_open(tmp_path / "x.json"):
             raise OSError(errno.EBADF, "Bad file descriptor")  # sesame's mistake, not the user's
     assert not isinstance(info.value, UserError) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no folder can be created")
+def test_an_output_folder_that_cannot_be_created_is_named_with_exit_2(tmp_path, capsys):
+    # sesame-predict -o /proc/nope/out.jsonl and sesame-export ... /proc/nope/out ended in "internal error"
+    from sesame.tasks.cli.errors import user_errors_are_messages
+    from sesame.tasks.export import staged_folder
+
+    for write in (lambda: write_json_atomic("/proc/nope/out.jsonl", {}),
+                  lambda: staged_folder("/proc/nope/out").__enter__()):
+        with pytest.raises(SystemExit) as ended, user_errors_are_messages():
+            write()
+        assert ended.value.code == 2
+        err = capsys.readouterr().err
+        assert "error: cannot write /proc/nope/out" in err and "the folder /proc/nope cannot be created" in err
+        assert "Traceback" not in err and "internal error" not in err
+    # a missing file read inside the write is still a bug, not blamed on the output's folder
+    with pytest.raises(FileNotFoundError) as info:
+        with atomic_open(tmp_path / "x.json"):
+            open(tmp_path / "not-there.txt")
+    assert not isinstance(info.value, UserError)
