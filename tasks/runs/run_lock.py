@@ -24,6 +24,7 @@ from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.atomic_files import remove_stale_temporaries, write_text_atomic
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.core.errors import ConfigError, MissingFileError
+from sesame.tasks.saved.checkpoint_files import holds_resume_state
 from sesame.tasks.saved.checkpoints import find_checkpoint
 
 LOCK_NAME = ".sesame.lock"
@@ -117,12 +118,19 @@ def resolve_resume(resume: Any, run_dir: Path) -> str | None:
         log.warning("resume=true: %s has no checkpoint yet; starting the run from the beginning", run_dir)
         return None
     try:
-        return str(find_checkpoint(folder, names=("last.ckpt",), key="resume"))
+        found = find_checkpoint(folder, names=("last.ckpt",), key="resume")
     except MissingFileError:
         raise MissingFileError(
             f"resume={resume!r}: no checkpoint at {folder / 'checkpoints' / 'last.ckpt'}. Pass a run folder that holds "
             "checkpoints/last.ckpt, a .ckpt file, or run in that folder with hydra.run.dir=<run folder> resume=true"
         ) from None
+    if not holds_resume_state(found):
+        raise ConfigError(
+            f"resume={resume!r}: {found} holds the model's weights only (best.ckpt keeps no optimiser or training-loop "
+            f"state), so no run can continue from it. Fix: resume from the run's checkpoints/last.ckpt, or start a new "
+            f"run from these weights with init_from={found}"
+        )
+    return str(found)
 
 
 def refuse_earlier_run(settings: RunSettings, run_dir: Path) -> None:

@@ -30,8 +30,19 @@ class DamagedCheckpointError(DataError):
     """A checkpoint file that is truncated, empty or not a PyTorch checkpoint at all."""
 
 
+#: What a checkpoint needs beyond the weights to continue its run: Lightning's optimiser and loop state. best.ckpt
+#: (``save_weights_only``) has neither.
+RESUME_STATE = ("optimizer_states", "loops")
+
+
+def holds_resume_state(path: str | Path) -> bool:
+    """Whether checkpoint ``path`` can resume a run (holds ``RESUME_STATE``), read with the weights-only unpickler and
+    its tensors memory-mapped, not loaded. A damaged or unsafe file raises as :func:`load_checkpoint_file` says."""
+    return all(key in load_checkpoint_file(path, mmap=True) for key in RESUME_STATE)
+
+
 @known_noise_silenced()
-def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+def load_checkpoint_file(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
     """The contents of checkpoint ``path`` (on the CPU unless ``map_location`` says otherwise), read
     with the weights-only unpickler.
 
@@ -40,7 +51,7 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
     """
     path = Path(path)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         # The weights-only unpickler refuses every global that is not an allowed data type (how a pickle
         # reaches code); any other refusal is a file that is no pickle sesame wrote.
@@ -66,6 +77,7 @@ def _damaged(path: Path, err: BaseException) -> DamagedCheckpointError:
     reason = "unreadable pickle data" if isinstance(err, pickle.UnpicklingError) else str(err).split(". ")[0] or "no data"
     return DamagedCheckpointError(
         f"{path} is damaged: it is truncated, empty or not a PyTorch checkpoint ({type(err).__name__}: {reason}). "
-        "Fix: use the run's other checkpoint (checkpoints/best.ckpt or checkpoints/last.ckpt) or an earlier copy; "
+        "Fix: use the run's other checkpoint or an earlier copy (to continue a run: resume=<run>/checkpoints/last.ckpt; "
+        "best.ckpt holds the weights only: init_from=<run>/checkpoints/best.ckpt starts a new run from them); "
         "sesame writes checkpoints atomically, so this one was damaged after it was written (an interrupted copy, a disk fault)"
     )

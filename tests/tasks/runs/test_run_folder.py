@@ -86,3 +86,16 @@ def test_a_resume_removes_what_a_killed_checkpoint_write_left_half_written(make_
     assert train(make_cfg(*TINY, "resume=true"), run) == metrics
     assert not half.exists() and (run / "checkpoints" / "last.ckpt").is_file()
     assert not list(run.rglob(".*.tmp"))
+
+
+def test_resuming_from_best_ckpt_says_it_holds_weights_only_and_what_to_use(make_cfg, tmp_path):
+    run = tmp_path / "run"
+    train(make_cfg(*TINY), run)
+    best = run / "checkpoints" / "best.ckpt"
+    before = _files(run)
+    with pytest.raises(ConfigError, match="holds the model's weights only") as refused:
+        train(make_cfg(*TINY, f"resume={best}"), tmp_path / "again")
+    assert "checkpoints/last.ckpt" in str(refused.value) and f"init_from={best}" in str(refused.value)
+    assert _files(run) == before
+    # the fix it names works: a new run from those weights
+    assert "val_accuracy" in train(make_cfg(*TINY, f"init_from={best}"), tmp_path / "from_best")
