@@ -208,7 +208,8 @@ class StopOnSigterm(Callback):
             return
         # Every DDP rank stops at the same step (any rank may have got the signal first).
         if trainer.strategy.reduce_boolean_decision(trainer.received_sigterm, all=False):
-            trainer.save_checkpoint(self.run_dir / "checkpoints" / "last.ckpt")
+            # the full state (weights_only=False): resume needs it; said, so Lightning does not log its default
+            trainer.save_checkpoint(self.run_dir / "checkpoints" / "last.ckpt", weights_only=False)
             raise _stopped(self.run_dir, f"after step {trainer.global_step}, saved in checkpoints/last.ckpt")
 
 

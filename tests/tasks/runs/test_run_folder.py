@@ -99,3 +99,4 @@ def test_resuming_from_best_ckpt_says_it_holds_weights_only_and_what_to_use(make
     assert _files(run) == before
     # the fix it names works: a new run from those weights
     assert "val_accuracy" in train(make_cfg(*TINY, f"init_from={best}"), tmp_path / "from_best")
+
