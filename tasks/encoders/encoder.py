@@ -30,6 +30,7 @@ from sesame.tasks.encoders.families import (
 )
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.core.settings import Settings
+from sesame.tasks.encoders.model_files import model_folder_errors
 
 #: The batch keys an encoder reads; every other key of a batch is for the head, the loss or decoding.
 ENCODER_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -122,7 +123,9 @@ def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:
             "would build an empty tokenizer and train on [UNK]. Fix: save the model's tokenizer into that folder "
             "(tokenizer.save_pretrained), or set encoder.tokenizer=<a folder holding it>"
         )
-    tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True)
+    with model_folder_errors(path, "encoder.tokenizer" if not isinstance(encoder, str) and encoder.tokenizer else
+                             "encoder.name_or_path"):
+        tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True, trust_remote_code=False)
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(
             f"the tokenizer in {path!r} is a slow (Python) tokenizer; sesame needs a fast one for offsets "
@@ -185,10 +188,11 @@ class Encoder(nn.Module):
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         self.name_or_path = name_or_path
-        self.config = AutoConfig.from_pretrained(path)
-        self.family = family_of(self.config)
-        # load_weights=False: every weight comes from the checkpoint loaded next
-        self.model, loading_info = load_encoder_model(path, self.config, load_weights, **kwargs)
+        with model_folder_errors(path):
+            self.config = AutoConfig.from_pretrained(path, trust_remote_code=False)  # refuse at once, never prompt
+            self.family = family_of(self.config)
+            # load_weights=False: every weight comes from the checkpoint loaded next
+            self.model, loading_info = load_encoder_model(path, self.config, load_weights, **kwargs)
         # Weights the checkpoint lacks are freshly initialised; a head that would read them (BERT's
         # pooler) must know, rather than silently use random weights.
         self.missing_weights: frozenset[str] = frozenset(loading_info.get("missing_keys", ()))
