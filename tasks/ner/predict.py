@@ -11,6 +11,9 @@ Input, one per line: ``{"text": "Marie Curie lived in Paris."}`` or ``{"tokens":
    variation selector, skin tone or zero-width-joined partners (``👨\u200d👩\u200d👧``), a flag both its
    regional indicators. Invisible characters (zero-width joiner and space, direction marks, other
    format and control characters) and combining marks with no letter before them are never words.
+   Japanese writes no spaces, and no tokenizer of the BERT family cuts kana: a word also ends where the
+   script changes between katakana, hiragana and anything else, as Unicode's word boundaries (UAX #29) put
+   them (``タワーは1958`` -> ``タワー``, ``は``, ``1958``).
 2. The model's tokenizer (:func:`~sesame.tasks.encoders.families.pre_token_spans`: its normaliser and
    pre-tokeniser) splits those words further where it cuts between two letters or digits, not both
    ASCII: BERT-family tokenizers put each CJK character apart (``北京`` -> ``北``, ``京``), as their
@@ -75,11 +78,39 @@ def split_words(text: str, tokenizer: PreTrainedTokenizerBase | None = None) -> 
     split further where ``tokenizer`` (when given) cuts between two letters or digits, not both ASCII
     (the module docstring). Offsets are on grapheme cluster boundaries."""
     spans = np.asarray([m.span() for m in WORD_PATTERN.finditer(text)], dtype=np.int64).reshape(-1, 2)
-    if tokenizer is not None and len(spans):
-        cuts = _tokenizer_cuts(text, spans, tokenizer)
+    if len(spans):
+        cuts = _kana_cuts(text, spans)
+        if tokenizer is not None:
+            cuts = np.union1d(cuts, _tokenizer_cuts(text, spans, tokenizer))
         # Cuts fall strictly inside words: the sorted starts and ends pair up into the pieces.
         spans = np.stack([np.sort(np.concatenate([spans[:, 0], cuts])), np.sort(np.concatenate([spans[:, 1], cuts]))], 1)
     return [text[s:e] for s, e in spans.tolist()], spans
+
+
+#: The Japanese syllabaries, each a class of its own for word boundaries; the prolonged sound mark (``ー``, script
+#: Common) and the iteration marks belong to the katakana or hiragana run they extend.
+_KANA = {"katakana": regex.compile(r"[\p{Katakana}\u30fc\uff70\u30fd\u30fe]"),
+         "hiragana": regex.compile(r"[\p{Hiragana}\u309d\u309e]")}
+
+
+def _kana_class(char: str) -> str | None:
+    return next((name for name, pattern in _KANA.items() if pattern.match(char)), None)
+
+
+def _kana_cuts(text: str, spans: np.ndarray) -> np.ndarray:
+    """Cluster boundaries inside a word of ``spans`` where katakana, hiragana and other characters meet."""
+    if not _KANA_ANY.search(text):
+        return np.zeros(0, dtype=np.int64)
+    bounds = cluster_bounds(text)
+    word = np.searchsorted(spans[:, 0], bounds, side="left") - 1  # the word starting before each boundary
+    inner = bounds[(word >= 0) & (bounds < spans[word.clip(0), 1])]
+    starts = bounds[np.searchsorted(bounds, inner) - 1]  # where the cluster before each boundary begins
+    keep = [(a := _kana_class(text[b])) != (c := _kana_class(text[e])) and (a or c)
+            for b, e in zip(starts.tolist(), inner.tolist())]
+    return inner[np.asarray(keep, dtype=bool)]
+
+
+_KANA_ANY = regex.compile("|".join(p.pattern for p in _KANA.values()))
 
 
 def _tokenizer_cuts(text: str, spans: np.ndarray, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:

@@ -94,6 +94,17 @@ def test_unicode_text_is_split_by_the_tokenizer_into_whole_clusters(unicode_bert
     assert split_words("COVID19 foo_bar", tokenizer)[0] == ["COVID19", "foo_bar"]
 
 
+def test_japanese_words_end_where_katakana_hiragana_and_other_scripts_meet():
+    # BERT's normaliser cuts Han characters, no tokenizer of the family cuts kana: 'タワーは1958' stayed one word
+    tokenizer = load_tokenizer("minilm_l6")
+    assert split_words("タワーは1958")[0] == ["タワー", "は", "1958"]
+    assert split_words("東京タワーは1958年に完成した。", tokenizer)[0] == [
+        "東", "京", "タワー", "は", "1958", "年", "に", "完", "成", "した", "。"]
+    # the prolonged sound mark and the iteration marks stay with their run; Korean eojeol and ASCII are untouched
+    assert split_words("ラーメンとゝ")[0] == ["ラーメン", "とゝ"]
+    assert split_words("서울은 한국의 수도이다 state-of-the-art")[0] == ["서울은", "한국의", "수도이다", "state-of-the-art"]
+
+
 def test_the_default_tokenizer_puts_cjk_characters_apart_and_leaves_english_words_as_they_were():
     tokenizer = load_tokenizer("minilm_l6")  # all-MiniLM-L6-v2's BertTokenizerFast, uncased, strips accents
     assert split_words("我爱北京。iPhone手机", tokenizer)[0] == ["我", "爱", "北", "京", "。", "iPhone", "手", "机"]
