@@ -166,10 +166,36 @@ def current_umask() -> int:
     return mask
 
 
+class _WriteFailures:
+    """A binary file handle that keeps the ``OSError`` of its first failed write. torch's zip writer turns a failed
+    write into ``RuntimeError: ... unexpected pos N vs M``, and the cause (a full disk) would be lost."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
 def torch_save_atomic(obj: Any, path: str | Path) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically (a checkpoint is whole or not there)."""
+    """``torch.save(obj)`` to ``path`` atomically (a checkpoint is whole or not there); a write the disk refuses is
+    its ``OSError`` (and so a :class:`WriteError`), not torch's ``unexpected pos`` error."""
     import torch  # here: the console scripts' error handling imports this module, and --help must not import torch
 
     with atomic_open(path, "wb") as handle:
-        torch.save(obj, handle)
+        watched = _WriteFailures(handle)
+        try:
+            torch.save(obj, watched)
+        except RuntimeError as err:
+            if watched.error is None:
+                raise
+            raise watched.error from err
     return Path(path)

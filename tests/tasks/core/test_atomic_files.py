@@ -88,3 +88,33 @@ def test_an_output_folder_that_cannot_be_created_is_named_with_exit_2(tmp_path, 
         with atomic_open(tmp_path / "x.json"):
             open(tmp_path / "not-there.txt")
     assert not isinstance(info.value, UserError)
+
+
+def test_a_disk_that_fills_inside_torch_save_is_a_write_error_not_torchs_unexpected_pos(tmp_path, monkeypatch):
+    # A 2 MB tmpfs at the first checkpoint: the write(2) fails inside torch's zip writer, which raises
+    # "RuntimeError: [enforce fail at inline_container.cc] unexpected pos ..." and drops the OSError
+    import io
+
+    path = torch_save_atomic({"w": torch.ones(2)}, tmp_path / "last.ckpt")
+    before = path.read_bytes()
+    real_fdopen = os.fdopen
+
+    class FillsUp(io.BufferedWriter):
+        written = 0
+
+        def write(self, data):
+            FillsUp.written += len(data)
+            if FillsUp.written > 4096:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", **kw: FillsUp(real_fdopen(fd, "wb", buffering=0))
+                        if "b" in mode else real_fdopen(fd, mode, **kw))
+    with pytest.raises(WriteError, match="no space left on the device.*previous last.ckpt is intact"):
+        torch_save_atomic({"w": torch.zeros(100_000)}, path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+    # any other failure inside torch.save stays what it was
+    monkeypatch.undo()
+    with pytest.raises(Exception) as other:
+        torch_save_atomic({"w": lambda: 0}, tmp_path / "x.ckpt")
+    assert not isinstance(other.value, UserError)
