@@ -5,6 +5,8 @@
   So is a full disk or read-only file system met by any write (``tasks/core/atomic_files.py``'s ``disk_error``).
 - :class:`sesame.tasks.core.errors.RunStopped` (a SIGTERM ended the run, its checkpoint saved): its message,
   which says how to resume, and exit code 128 + the signal (143 for SIGTERM), as a killed process has.
+- A peer of a distributed (DDP) run that ended (killed, out of memory): torch.distributed's error on the
+  surviving processes says "Connection reset by peer". One line saying so and how to resume, exit code 1.
 - Anything else is a bug in sesame (or in a library under it): the traceback, a line asking to
   report it, exit code 1.
 """
@@ -23,6 +25,19 @@ from sesame.tasks.core.errors import RunStopped, UserError
 REPORT = "This is a bug, not a problem with your input: please report it with the command you ran and the traceback above."
 
 
+#: torch.distributed's errors of a broken process group (by class name: importing torch here would slow --help).
+PEER_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError")
+
+
+def peer_lost(err: BaseException) -> bool:
+    """Whether ``err`` is a distributed run's process group breaking because another process ended: gloo's
+    "Connection reset by peer" / "closed by peer", as torch.distributed's error or a plain RuntimeError."""
+    text = str(err)
+    by_peer = "by peer" in text or "Connection reset" in text or "Broken pipe" in text
+    return by_peer and (any(c.__name__ in PEER_ERRORS for c in type(err).__mro__)
+                        or (isinstance(err, RuntimeError) and "gloo" in text.lower()))
+
+
 @contextlib.contextmanager
 def user_errors_are_messages() -> Iterator[None]:
     """Exit 2 with one line for user errors, 128 + signal for a stopped run, exit 1 with the traceback for
@@ -36,6 +51,14 @@ def user_errors_are_messages() -> Iterator[None]:
         raise
     except Exception as err:
         explained = err if isinstance(err, UserError) else disk_error(err) if isinstance(err, OSError) else None
+        if explained is None and peer_lost(err):
+            if os.environ.get("SESAME_TRACEBACK") == "1":
+                raise
+            reason = str(err).strip().splitlines()[-1][:200] if str(err).strip() else type(err).__name__
+            print(f"error: another process of this distributed run ended ({reason}), so this one stopped too. Fix: see "
+                  "that process's own output for why it ended, then rerun the same command with resume=true to "
+                  "continue from the run's checkpoints/last.ckpt", file=sys.stderr)
+            sys.exit(1)
         if explained is None:
             traceback.print_exc()
             print(f"\ninternal error: {REPORT}", file=sys.stderr)
