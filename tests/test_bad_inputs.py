@@ -195,3 +195,26 @@ def test_a_full_disk_outside_sesames_atomic_writes_is_one_line(capsys, code):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err
     assert err.startswith("error: cannot write /runs/x/logs/metrics.csv: ") and "Fix:" in err
+
+
+def test_a_command_that_fails_before_writing_leaves_no_folder_and_a_run_folder_is_kept(tiny_bert_dir, tmp_path):
+    # Every refused or failed run used to leave an empty outputs/<task>/<time>/ (sometimes with an empty train.log)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    base = [f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "data.max_train_examples=8", "data.max_eval_examples=8"]
+    new = tmp_path / "outputs" / "glue" / "now"
+    bad = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, "data.batch_size=0",
+                          f"hydra.run.dir={new}"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "data.batch_size=0" in bad.stderr, bad.stderr[-2000:]
+    assert not new.exists() and (tmp_path / "outputs" / "glue").is_dir()  # only the folder Hydra made for the job
+    # a refused rerun into a folder that holds a run changes nothing there
+    run = tmp_path / "run"
+    ok = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, f"hydra.run.dir={run}"],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    again = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, "data.batch_size=0",
+                            f"hydra.run.dir={run}"], capture_output=True, text=True, env=env)
+    assert again.returncode == 2 and (run / "metrics.json").is_file() and (run / "checkpoints" / "best.ckpt").is_file()
+    evaluated = tmp_path / "eval"
+    failed_eval = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'no-such-run'}",
+                                  f"hydra.run.dir={evaluated}"], capture_output=True, text=True, env=env)
+    assert failed_eval.returncode == 2 and not evaluated.exists(), failed_eval.stderr[-2000:]

@@ -26,7 +26,9 @@ def _main(cfg: DictConfig) -> None:
     lightning_lines_once()
     hydra_cfg = HydraConfig.get()
     run_dir = hydra_cfg.runtime.output_dir
-    with user_errors_are_messages():
+    from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start
+
+    with user_errors_are_messages(), no_folder_left_by_a_failed_start(run_dir):
         evaluate(cfg, run_dir, overrides=list(hydra_cfg.overrides.task))
     print(run_dir)
 

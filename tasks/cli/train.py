@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import hydra
@@ -30,6 +31,7 @@ def _main(cfg: DictConfig) -> float | None:
     from sesame.tasks.base.run_settings import TaskSettings
     from sesame.tasks.encoders.store import SHARED_ENCODERS
     from sesame.tasks.core.known_noise import lightning_lines_once
+    from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start
     from sesame.tasks.runs.runner import train
 
     lightning_lines_once()
@@ -38,7 +40,9 @@ def _main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoders/store.py).
     shared = Path(hydra_cfg.sweep.dir) / SHARED_ENCODERS if hydra_cfg.mode == RunMode.MULTIRUN else None
-    with user_errors_are_messages():
+    # a sweep job's folder stays, failed or not: the sweep's report lists every job
+    cleanup = no_folder_left_by_a_failed_start(run_dir) if shared is None else contextlib.nullcontext()
+    with user_errors_are_messages(), cleanup:
         metrics = train(cfg, run_dir, shared_encoders=shared)
     if is_main_process():
         print(f"run folder: {run_dir}")

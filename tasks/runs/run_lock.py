@@ -149,6 +149,30 @@ def refuse_earlier_run(settings: RunSettings, run_dir: Path) -> None:
         (run_dir / name).unlink()
 
 
+def holds_nothing_of_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds only what Hydra puts in a job's folder before any code of sesame's writes there: its
+    job log (``<command>.log``) and its ``.hydra/`` record; nothing of a run (config, metrics, checkpoints, a lock)."""
+    return run_dir.is_dir() and all((entry.is_file() and entry.suffix == ".log") or entry.name == HYDRA_RECORD
+                                    for entry in run_dir.iterdir())
+
+
+@contextlib.contextmanager
+def no_folder_left_by_a_failed_start(run_dir: str | Path) -> Iterator[None]:
+    """A command that fails before it writes anything of its own into the folder Hydra made for it (bad settings,
+    missing data, a refused rerun into a new folder) takes that folder away again, so failed commands leave no
+    empty ``outputs/<task>/<time>/`` behind. A folder holding anything of a run is left as it is."""
+    try:
+        yield
+    except BaseException:
+        folder = Path(run_dir)
+        if is_main_process() and holds_nothing_of_a_run(folder):
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+            log.info("removed %s: the command failed before writing anything there", folder)
+        raise
+
+
 def write_hydra_record(cfg: Any, run_dir: Path) -> None:
     """``<run>/.hydra/{config,hydra,overrides}.yaml`` as Hydra writes them (the job's config as composed,
     Hydra's settings, the command-line overrides), when running under Hydra."""
