@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 
 import pytest
@@ -149,3 +150,20 @@ def test_datamodule_drops_training_paragraphs_that_are_evaluated(write_json, rea
     dm = datamodule(tokenizer, **data, drop_train_overlap=False)
     dm.setup("fit")
     assert len(dm.examples("train")) == sum(len(p["qas"]) for p in paragraphs)
+
+
+def test_squad_v2_defaults_to_shipped_slices_that_need_no_data_folder(make_cfg, tmp_path, monkeypatch):
+    # task=squad_v2 read the full files from $SESAME_DATA_DIR while --help offered it beside the slice-backed tasks
+    from sesame.tasks.runs.runner import build_datamodule
+
+    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "empty"))
+    cfg = make_cfg("task=squad_v2")
+    assert "squad_v2/train.slice.json" in str(cfg.data.train_file) and cfg.data.version_2_with_negative
+    data = build_datamodule(cfg)
+    data.setup("fit")
+    answers = data.examples("train")["answers"]
+    unanswerable = sum(not a["text"] for a in answers)
+    assert len(answers) == 434 and unanswerable == 235
+    titles = {json.loads(open(cfg.data.validation_file).read())["data"][i]["title"] for i in range(2)}
+    train_titles = {a["title"] for a in json.loads(open(cfg.data.train_file).read())["data"]}
+    assert not titles & train_titles  # no article is both trained and validated on
