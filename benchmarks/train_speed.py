@@ -766,6 +766,13 @@ def same_batches(results: list[dict[str, Any]]) -> dict[str, bool | None]:
     return checks
 
 
+def metric_pair(entry: dict[str, Any], ref: dict[str, Any]) -> str:
+    """"val_accuracy 0.8100 / 0.8000": an arm's dev metric beside its reference's, or n/a where either was not scored."""
+    if entry["metric_value"] is None or ref.get("metric_value") is None:
+        return "n/a"
+    return f"{entry['metric']} {entry['metric_value']:.4f} / {ref['metric_value']:.4f}"
+
+
 def fmt_ratio(entry: dict[str, Any], key: str) -> str:
     if f"{key}_ratio" not in entry:
         return "n/a"
@@ -794,8 +801,7 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
         for arm, e in arms.items():
             if arm == REFERENCE:
                 continue
-            metric = "n/a" if e["metric_value"] is None or ref.get("metric_value") is None else \
-                f"{e['metric']} {e['metric_value']:.4f} / {ref['metric_value']:.4f}"
+            metric = metric_pair(e, ref)
             lines.append(f"| {task} | {arm} | {fmt_ratio(e, 'step_median_s')} | {fmt_ratio(e, 'step_mean_s')} | "
                          f"{fmt_ratio(e, 'step_cpu_median_s')} | {fmt_ratio(e, 'loop_s_per_step')} | {fmt_ratio(e, 'tokens_per_s')} | "
                          f"{fmt_ratio(e, 'examples_per_s')} | {fmt_ratio(e, 'peak_rss_train_mib')} | {metric} |")
@@ -849,8 +855,7 @@ def fair_table(summary: dict[str, Any], fair: dict[str, Any] | None) -> list[str
         for arm, e in arms.items():
             if ARMS[arm]["side"] != "sesame":
                 continue
-            metric = "n/a" if e["metric_value"] is None or ref.get("metric_value") is None else \
-                f"{e['metric']} {e['metric_value']:.4f} / {ref['metric_value']:.4f}"
+            metric = metric_pair(e, ref)
             lines.append(f"| {task} | {arm} | {fmt_ratio(e, 'cpu_per_example_s')} | {fmt_ratio(e, 'examples_per_s')} | "
                          f"{e['padded_tokens_per_step'] / ref['padded_tokens_per_step']:.2f} | "
                          f"{fmt_ratio(e, 'peak_rss_train_mib')} | {metric} |")
