@@ -360,3 +360,12 @@ def test_time_to_accuracy_compares_mean_curves_with_the_trainers_mean_so_no_luck
     higher = [fake_result("mrpc", "hf_fast", 4, [0.5, 0.55, 0.90], 100.0, "val_f1")]
     (row,) = fds.mean_time_to_accuracy(records + higher, "sesame_fast")
     assert row["cpu_ratio"] is None and row["target"] == pytest.approx(0.69)
+
+
+def test_the_best_trainer_arm_groups_uses_bf16_and_validates_where_sesame_fast_does(fds):
+    spec = fds.arm_spec(fds.parse_args(["--out", "/tmp/x"]), "hf_fast", "mrpc")
+    assert spec["side"] == "hf" and spec["grouped"] and spec["bf16"] and spec["val_per_epoch"] == 2
+    assert spec["arm_overrides"] == [] and "trainer.val_check_interval=0.5" in fds.ARMS["sesame_fast"]["overrides"]
+    # Lightning's val_check_interval=0.5 validates after int(n / 2) batches: MRPC's 115 -> 57, then the epoch's end
+    assert fds.validation_steps(115, 2) == {57} and fds.validation_steps(2105, 2) == {1052}
+    assert fds.validation_steps(115, 1) == set() and fds.validation_steps(9, 3) == {3, 6}

@@ -36,7 +36,7 @@ def run(ts, tmp_path: Path, task: str, arm: str, ov: list[str]) -> dict:
     if spec["side"] == "sesame":
         return {"arm": arm, **ts.run_sesame([*ov, *spec["overrides"]], 2, 1, tmp_path / task / arm)}
     return {"arm": arm, **ts.run_hf(ov, 2, 1, tmp_path / task / arm, ts.TASKS[task]["hf"], spec["padding"], spec["order"],
-                                    spec["optim"] or "auto")}
+                                    spec["optim"] or "auto", bf16=spec.get("bf16", False))}
 
 
 def assert_mirrored(sesame: dict, hf: dict) -> None:
@@ -70,6 +70,12 @@ def test_sst2_both_sides_train_on_the_same_batches_and_the_reference_is_scored_b
     # The Trainer's own length-grouped sampler draws other batches: the comparison above can fail.
     grouped = run(ts, tmp_path, "sst2", "hf_grouped", ov)
     assert grouped["tokens_per_step"] != sesame["tokens_per_step"]
+    assert grouped["switches"]["sampler"] == "LengthGroupedSampler" and not grouped["switches"]["autocast"]
+    # The Trainer at its best: its grouping and its bf16, as read inside the run
+    best = run(ts, tmp_path, "sst2", "hf_fast", ov)
+    assert best["switches"] == {"sampler": "LengthGroupedSampler", "autocast": True, "autocast_dtype": "bfloat16",
+                                "linear_dtype": "bfloat16"}
+    assert hf["switches"]["sampler"] == "ResumableShuffleSampler" and hf["switches"]["linear_dtype"] == "float32"
 
     metric, metrics = ts.evaluate_hf(ov, Path(hf["hf_model"]), tmp_path / "eval")
     assert metric == sesame["metric"] == "val_accuracy"
@@ -94,3 +100,21 @@ def test_squad_windows_without_the_answer_are_trained_on_both_sides(ts, tiny_ber
     assert sesame["train_examples"] > 24  # 24 questions, more windows: the long contexts give several
     assert sesame["settings"]["train_windows"] == "all"
     assert_mirrored(sesame, hf)
+
+
+def test_a_trainer_switch_that_did_not_take_effect_fails_the_run(ts, tiny_bert_dir):
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(tiny_bert_dir).train()
+    inputs = {"input_ids": torch.tensor([[2, 5, 3]])}
+    seen = ts.TrainerSwitches(model)
+    seen.sampler(torch.utils.data.RandomSampler(range(4)))
+    model(**inputs)  # fp32: no autocast around the forward
+    with pytest.raises(RuntimeError, match="bf16 was asked for"):
+        seen.check(grouped=False, bf16=True)
+    with pytest.raises(RuntimeError, match="length grouping was asked for"):
+        seen.check(grouped=True, bf16=False)
+    seen = ts.TrainerSwitches(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**inputs)
+    assert seen.check(grouped=False, bf16=True)["linear_dtype"] == "bfloat16"
