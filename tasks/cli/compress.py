@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from sesame.tasks.core.known_noise import library_progress_bars_off
+
+    library_progress_bars_off()
     with user_errors_are_messages():
         if args.command == "quantize":
             from sesame.tasks.compression.quantize import quantize_checkpoint

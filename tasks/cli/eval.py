@@ -21,9 +21,10 @@ register_resolvers()
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
     from sesame.tasks.runs.evaluation import evaluate  # torch and Lightning: not for --help (see cli/train.py)
-    from sesame.tasks.core.known_noise import lightning_lines_once
+    from sesame.tasks.core.known_noise import library_progress_bars_off, lightning_lines_once
 
     lightning_lines_once()
+    library_progress_bars_off()
     hydra_cfg = HydraConfig.get()
     run_dir = hydra_cfg.runtime.output_dir
     from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start

@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("sesame").setLevel(logging.INFO)  # not the exporters' per-initializer INFO lines
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     command = shlex.join(["sesame-export", *argv])
+    from sesame.tasks.core.known_noise import library_progress_bars_off
+
+    library_progress_bars_off()
     with user_errors_are_messages():
         if args.fmt == "hf":
             from sesame.tasks.export.hf import export_hf

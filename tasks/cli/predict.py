@@ -178,6 +178,9 @@ def run(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_intermixed_args(argv)  # MODEL --n-best 3 INPUT works too
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from sesame.tasks.core.known_noise import library_progress_bars_off
+
+    library_progress_bars_off()
     with user_errors_are_messages():
         run(args)
 

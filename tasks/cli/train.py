@@ -30,11 +30,12 @@ def _main(cfg: DictConfig) -> float | None:
     # --help, --cfg job and a bad override never need them.
     from sesame.tasks.base.run_settings import TaskSettings
     from sesame.tasks.encoders.store import SHARED_ENCODERS
-    from sesame.tasks.core.known_noise import lightning_lines_once
+    from sesame.tasks.core.known_noise import library_progress_bars_off, lightning_lines_once
     from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start
     from sesame.tasks.runs.runner import train
 
     lightning_lines_once()
+    library_progress_bars_off()
     run_dir = HydraConfig.get().runtime.output_dir
     share_sweep_dir()
     hydra_cfg = HydraConfig.get()

@@ -73,3 +73,13 @@ def lightning_lines_once() -> None:
     for handler in list(lightning_log.handlers):
         if type(handler) is logging.StreamHandler:
             lightning_log.removeHandler(handler)
+
+
+def library_progress_bars_off() -> None:
+    """Turn off transformers' own progress bars ("Loading weights", "Writing model shards"): they time sub-second
+    steps of loading or saving one model and read like trouble beside sesame's own progress bar, which shows the
+    long work (training, evaluation, prediction). Called by the console scripts once a command runs (importing
+    transformers at --help would slow it)."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
