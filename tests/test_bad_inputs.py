@@ -104,7 +104,7 @@ def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, no
     ok_stsb = _write(tmp_path, "ok.tsv", STSB.format("3.2"))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "metrics.json").write_text('{"kept": 1}')  # from an earlier run: must survive
+    (run_dir / "notes.txt").write_text("kept")  # the user's own file in the run folder: must survive
     if "+lock=alive" in overrides:  # a live process (this one) holds the folder
         overrides = [o for o in overrides if o != "+lock=alive"]
         (run_dir / ".sesame.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
@@ -118,7 +118,7 @@ def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, no
     assert "error: " in err and "Traceback" not in err
     for word in words:
         assert word in err, f"{case}: {word!r} not in {err!r}"
-    assert (run_dir / "metrics.json").read_text() == '{"kept": 1}'
+    assert (run_dir / "notes.txt").read_text() == "kept"
 
 
 @pytest.mark.parametrize("preset, relative, key", [("rte", "rte/train.tsv", "train_file"),

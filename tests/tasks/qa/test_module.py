@@ -153,7 +153,9 @@ def test_task_configs_pick_their_data_presets(make_cfg):
     assert (v1.data.max_seq_length, v1.data.doc_stride, v1.head.n_best_size, v1.head.max_answer_length) == (384, 128, 20, 30)
     v2 = make_cfg("task=squad_v2")
     assert v2.data.version_2_with_negative and v2.data.drop_train_overlap
-    assert v2.data.validation_file.endswith("squad_v2.0/dev-v2.0.first5articles.json")
+    assert v2.data.validation_file.endswith("squad_v2/dev.slice.json")  # shipped, as v1's
+    full = make_cfg("task=squad_v2", "data=squad_v2")
+    assert full.data.validation_file.endswith("squad_v2.0/dev-v2.0.first5articles.json") and full.data.version_2_with_negative
 
 
 # sesame-eval on a Hugging Face BertForQuestionAnswering folder (SquadModule.load_hf_head) ------------------
