@@ -369,3 +369,13 @@ def test_the_best_trainer_arm_groups_uses_bf16_and_validates_where_sesame_fast_d
     # Lightning's val_check_interval=0.5 validates after int(n / 2) batches: MRPC's 115 -> 57, then the epoch's end
     assert fds.validation_steps(115, 2) == {57} and fds.validation_steps(2105, 2) == {1052}
     assert fds.validation_steps(115, 1) == set() and fds.validation_steps(9, 3) == {3, 6}
+
+
+def test_the_same_dev_score_in_float32_and_float64_reaches_the_target(fds):
+    # SST-2: 774 of 872 sentences right reads 0.8876147 (float32, sesame's logged metric) and 0.8876146788990825
+    # (float64, the Trainer arm's): the float32 one is below the float64 by rounding, and must still count as reached
+    ref = fake_result("sst2", "hf_fast", 1, [0.8589, 774 / 872], 100.0)
+    mine = fake_result("sst2", "sesame_grouped", 1, [float(__import__("numpy").float32(774 / 872)), 0.8899], 60.0)
+    assert mine["history"][0]["metrics"]["val_accuracy"] < 774 / 872
+    (row,) = fds.mean_time_to_accuracy([ref, mine], "sesame_grouped")
+    assert row["arm_cpu_to_target"] == 60.0 and row["cpu_ratio"] == pytest.approx(60 / 200)
