@@ -27,7 +27,9 @@ HARMLESS_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
 #: Logger name -> the starts of its messages known to be harmless.
 HARMLESS_LOG_LINES: dict[str, tuple[str, ...]] = {
     # Lightning's advertisements for its cloud services (litlogger, litmodels), on every Trainer.
-    "lightning.pytorch.utilities.rank_zero": ("💡 Tip: For seamless cloud",),
+    # ... and its note that validation runs at the end of each epoch: said before every fit, and before sesame-eval,
+    # which trains nothing; sesame's validation cadence is trainer.val_check_interval in the run's config.
+    "lightning.pytorch.utilities.rank_zero": ("💡 Tip: For seamless cloud", "`Trainer(val_check_interval="),
     # torch's ONNX exporter registering torchvision's detection ops, which no sesame graph holds.
     "torch.onnx._internal.exporter._registration": ("torchvision is not installed. Skipping torchvision::",),
 }

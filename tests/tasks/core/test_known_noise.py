@@ -38,6 +38,8 @@ def test_a_frozen_run_shows_no_known_noise_and_keeps_lightning_s_other_lines(mak
     shown = [str(w.message) for w in caught]
     assert not [m for m in shown if "LeafSpec" in m or "in eval mode" in m], shown
     assert not [m for m in lines.messages if "litlogger" in m or "litmodels" in m], lines.messages
+    # nor Lightning's note on where validation runs (also said before sesame-eval, which trains nothing)
+    assert not [m for m in lines.messages if "val_check_interval" in m], lines.messages
     assert any(m.startswith("GPU available") for m in lines.messages), lines.messages  # Lightning's other lines stay
 
 
