@@ -27,6 +27,15 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or folder named in the config or on the command line does not exist."""
 
 
+def refused_global(err: BaseException) -> str | None:
+    """The code global (``posix.system``) that torch's weights-only unpickler refused in ``err``, or None: how a
+    pickle in a checkpoint or a model file reaches code, named in the refusal sesame reports."""
+    import re
+
+    found = re.search(r"GLOBAL ([\w.]+)", str(err))
+    return found.group(1) if found else None
+
+
 class RunStopped(Exception):
     """A run ended early on purpose (a scheduler's SIGTERM): not a bug, not bad input. The console
     scripts print the message (which says how to resume) and exit with ``exit_code`` (128 + signal)."""

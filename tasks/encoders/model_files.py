@@ -10,7 +10,7 @@ import pickle
 import re
 from collections.abc import Iterator
 
-from sesame.tasks.core.errors import ConfigError, DataError
+from sesame.tasks.core.errors import ConfigError, DataError, refused_global
 
 
 class UnsafeModelFileError(DataError):
@@ -24,8 +24,7 @@ def model_folder_errors(path: str, key: str = "encoder.name_or_path") -> Iterato
     try:
         yield
     except pickle.UnpicklingError as err:
-        found = re.search(r"GLOBAL ([\w.]+)", str(err))
-        what = found.group(1) if found else "a pickled object"
+        what = refused_global(err) or "a pickled object"
         raise UnsafeModelFileError(
             f"{key}={path}: its weights were refused: loading them would run code ({what}), and sesame reads weights "
             "as data only. Fix: use model.safetensors weights, or "

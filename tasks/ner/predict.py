@@ -91,6 +91,7 @@ def split_words(text: str, tokenizer: PreTrainedTokenizerBase | None = None) -> 
 #: Common) and the iteration marks belong to the katakana or hiragana run they extend.
 _KANA = {"katakana": regex.compile(r"[\p{Katakana}\u30fc\uff70\u30fd\u30fe]"),
          "hiragana": regex.compile(r"[\p{Hiragana}\u309d\u309e]")}
+_KANA_ANY = regex.compile("|".join(p.pattern for p in _KANA.values()))
 
 
 def _kana_class(char: str) -> str | None:
@@ -109,8 +110,6 @@ def _kana_cuts(text: str, spans: np.ndarray) -> np.ndarray:
             for b, e in zip(starts.tolist(), inner.tolist())]
     return inner[np.asarray(keep, dtype=bool)]
 
-
-_KANA_ANY = regex.compile("|".join(p.pattern for p in _KANA.values()))
 
 
 def _tokenizer_cuts(text: str, spans: np.ndarray, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -166,8 +167,6 @@ def no_folder_left_by_a_failed_start(run_dir: str | Path) -> Iterator[None]:
     except BaseException:
         folder = Path(run_dir)
         if is_main_process() and holds_nothing_of_a_run(folder):
-            import shutil
-
             shutil.rmtree(folder, ignore_errors=True)
             log.info("removed %s: the command failed before writing anything there", folder)
         raise

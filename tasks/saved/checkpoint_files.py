@@ -11,13 +11,12 @@ included), containers and plain Python values, which is all a sesame checkpoint 
 from __future__ import annotations
 
 import pickle
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sesame.tasks.core.errors import DataError
+from sesame.tasks.core.errors import DataError, refused_global
 from sesame.tasks.core.known_noise import known_noise_silenced
 
 
@@ -55,11 +54,11 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu", mmap: bool
     except pickle.UnpicklingError as err:
         # The weights-only unpickler refuses every global that is not an allowed data type (how a pickle
         # reaches code); any other refusal is a file that is no pickle sesame wrote.
-        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        found = refused_global(err)
         if not found:
             raise _damaged(path, err) from None
         raise UnsafeCheckpointError(
-            f"{path} was refused: loading it would run code ({found.group(1)}), "
+            f"{path} was refused: loading it would run code ({found}), "
             "and sesame reads checkpoints as data only (tensors and plain values, which is all sesame writes). "
             "Fix: use a checkpoint written by sesame; if this file is your own and trusted, load it yourself and "
             "re-save its state_dict and hyper_parameters as plain data"
