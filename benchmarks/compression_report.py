@@ -1,8 +1,8 @@
 """Publishes finished runs of benchmarks/compression.py: each task's rows, settings and Pareto plot into
 docs/results/compression/, the full tables into docs/results/compression.md, and the README's
-compression table (with issue 27's goals checked on it) between its markers.
+compression table (with its goals checked on it) between its markers.
 
-    python benchmarks/compression_report.py /work/compress/out /work/compress/out_squad   # publish both runs
+    python benchmarks/compression_report.py outputs/compress/sst2 outputs/compress/squad   # publish both runs
     python benchmarks/compression_report.py --check      # does the README hold what the published files render?
 
 Each OUT is a ``--out`` folder of benchmarks/compression.py holding ``compression.json``; a task found in
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,18 @@ README_BEGIN, README_END = "<!-- compression:begin -->", "<!-- compression:end -
 LABELS = {"sst2": "SST-2", "squad_v1": "SQuAD v1.1"}
 #: Points per unit of each task's main metric (SST-2 accuracy is a fraction, SQuAD F1 is in points).
 POINTS = {"sst2": 100.0, "squad_v1": 1.0}
-#: Issue 27's goals: task -> (speed-up over the fine-tuned fp32 model at batch 1, largest metric loss in points).
+#: The compression goals: task -> (speed-up over the fine-tuned fp32 model at batch 1, largest metric loss in points).
 GOALS = {"sst2": (8.0, 1.5), "squad_v1": (4.0, 3.0)}
+
+
+#: A unit's run folder inside a full-data study's --out folder, wherever that folder was on the machine that ran it.
+STUDY_RUN = re.compile(r"\S*/(units/\w+/\w+/seed\d+/run)\b")
+
+
+def shown(text: str) -> str:
+    """``text`` with a full-data study's run folders under ``$SESAME_STUDY_DIR``: the recorded absolute path is the
+    machine's that ran the study, which a reader does not have."""
+    return STUDY_RUN.sub(r"$SESAME_STUDY_DIR/\1", text)
 
 
 def published(folder: Path | None = None) -> dict[str, dict[str, Any]]:
@@ -62,7 +73,7 @@ def readme_section(runs: dict[str, dict[str, Any]]) -> str:
     for task, run in runs.items():
         rows, points = run["rows"], POINTS[task]
         metric = rows[0]["metric"].removeprefix("val_")
-        lines += [f"**{LABELS[task]}** (dev {metric}; teacher `{rows[0]['source']}`; plot: "
+        lines += [f"**{LABELS[task]}** (dev {metric}; teacher `{shown(rows[0]['source'])}`; plot: "
                   f"[`pareto_{task}.png`](docs/results/compression/pareto_{task}.png)):", "",
                   f"| variant | layers | size × | speed × b1 | speed × b32 | {metric} | Δ points | Pareto front |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -71,7 +82,7 @@ def readme_section(runs: dict[str, dict[str, Any]]) -> str:
             score = "n/a" if r["score"] is None else f"{r['score'] * points:.2f}"
             lines.append(f"| {r['model']} | {r['layers']} | {r['size_ratio']:.2f} | {r['speedup_b1']:.2f} | "
                          f"{r['speedup_b32']:.2f} | {score} | {delta} | {'yes' if r['pareto'] else ''} |")
-        lines += ["", goal_line(task, rows), "", f"Reproduce: `{run['settings'].get('command', '(command not recorded)')}`", ""]
+        lines += ["", goal_line(task, rows), "", f"Reproduce: `{shown(run['settings'].get('command', '(command not recorded)'))}`", ""]
     missing = [LABELS[t] for t in LABELS if t not in runs]
     if missing:
         lines += [f"Not published yet: {', '.join(missing)}.", ""]
@@ -94,7 +105,7 @@ def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
         weights = s.get("int8_weights", "per_tensor")  # runs from before the setting were per tensor
         sizes = [int(k.removeprefix("latency_ms_b")) for k in run["rows"][0] if k.startswith("latency_ms_b")]
         parts += ["", f"## {LABELS[task]}", "",
-                  f"Command: `{s.get('command', '(not recorded)')}`", "",
+                  f"Command: `{shown(s.get('command', '(not recorded)'))}`", "",
                   f"torch {s['torch']} (quantised engine `{s['quantized_engine']}`), {s['threads']} thread(s) for "
                   f"torch and onnxruntime, {s['rounds']} interleaved rounds; pruning --heads {s['heads']} --ffn "
                   f"{s['ffn']} in {s['prune_rounds']} round(s); student --keep {s['keep']}, distillation alpha "

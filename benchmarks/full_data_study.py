@@ -1,4 +1,4 @@
-"""Full-data study (issue 25): sesame against the transformers Trainer on every task's full data.
+"""Full-data study: sesame against the transformers Trainer on every task's full data.
 
 Each unit is one (task, arm, seed): a full training run of the task's recipe
 (``conf/experiment/full_<task>.yaml``, what ``sesame-train +experiment=full_<task>`` runs) with a
@@ -43,7 +43,7 @@ Units run small-first, the arms interleaved per seed (seed 1: sesame then hf, se
 ...): RTE, MRPC, STS-B, CoLA, WNUT-17 (3 seeds), CoNLL-2003 (3), SST-2 (1), SQuAD v1.1 (1).
 
     python benchmarks/full_data_study.py --plan                    # the units and their state
-    nohup nice -n 19 python benchmarks/full_data_study.py > /work/study/study.log 2>&1 &   # the study
+    nohup nice -n 19 python benchmarks/full_data_study.py > study.log 2>&1 &   # the study
     python benchmarks/full_data_study.py --tasks rte --seeds 1     # one small real unit per arm
     python benchmarks/full_data_study.py --arms sesame_fast        # the speed arm
     python benchmarks/full_data_study.py --sweep                   # the recipe sweep, into <out>/sweep
@@ -54,7 +54,7 @@ Units run small-first, the arms interleaved per seed (seed 1: sesame then hf, se
 Data: every file is read from $SESAME_DATA_DIR (default ../shared/data relative to the working
 directory, i.e. run from the repository root; see its SOURCES.md for the layout). To use a copy
 elsewhere: SESAME_DATA_DIR=/data/glue_and_co python benchmarks/full_data_study.py ... (the path is
-made absolute and passed to every child). Results go to --out (default /work/study, outside the
+made absolute and passed to every child). Results go to --out (default outputs/full_data_study in the
 repository, or $SESAME_STUDY_DIR).
 """
 
@@ -107,7 +107,7 @@ from train_speed import (  # noqa: E402
     settings_of,
 )
 
-DEFAULT_OUT = Path(os.environ.get("SESAME_STUDY_DIR", "/work/study"))
+DEFAULT_OUT = Path(os.environ.get("SESAME_STUDY_DIR", REPO / "outputs" / "full_data_study"))
 DEFAULT_REPORT = REPO / "docs" / "results" / "full_data_study.md"
 #: Every finished run's record (``--report`` writes them); the README table is rendered from these.
 RUN_RECORDS = DEFAULT_REPORT.parent / DEFAULT_REPORT.stem / "runs"
@@ -1643,9 +1643,9 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
     figures = plot(results, path.parent / path.stem)
     write_run_records(args, path.parent / path.stem / "runs")
     lines = [
-        "# Full-data study: sesame against the transformers Trainer (issue 25)", "",
+        "# Full-data study: sesame against the transformers Trainer", "",
         f"Written {datetime.datetime.now().isoformat(timespec='minutes')} by `python benchmarks/full_data_study.py "
-        f"--report` from {len(results)} finished units in `{args.base_out}`"
+        f"--report --out <study folder>` from {len(results)} finished units"
         + (" (**--quick pipeline check: shipped slices, a few steps; the numbers mean nothing**)" if args.quick else "") + ".",
         "",
         ("Each unit is one full training run (task, arm, seed) in its own process on one torch thread (2 shared CPU cores, "
@@ -1773,7 +1773,7 @@ def write_report(args: argparse.Namespace, path: Path) -> Path:
     if results:
         v, c = results[-1]["versions"], results[-1]["commit"]
         lines += [f"torch {v['torch']}, transformers {v['transformers']}, lightning {v['lightning']}, python {v['python']}; "
-                  f"commit {c['commit'][:10]} ({c['branch']}{', dirty' if c['dirty'] else ''}); data `{results[-1]['data_dir']}`.", ""]
+                  f"commit {c['commit'][:10]} ({c['branch']}{', dirty' if c['dirty'] else ''}); data from `$SESAME_DATA_DIR`.", ""]
     path.write_text("\n".join(lines))
     return path
 

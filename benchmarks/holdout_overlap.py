@@ -7,7 +7,7 @@ example. The full-data study's sweep (``benchmarks/full_data_study.py --sweep``)
 reads each candidate's held-out predictions (``run/val_<task>.tsv``: the best held-out epoch, indexed by
 training-file row) and the data, and writes a table (default ``docs/results/sst2_holdout_overlap.md``).
 
-    python benchmarks/holdout_overlap.py --study /work/study      # needs the study's SST-2 sweep and $SESAME_DATA_DIR/sst2
+    python benchmarks/holdout_overlap.py --study outputs/full_data_study      # needs the study's SST-2 sweep and $SESAME_DATA_DIR/sst2
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = {i: train_labels[i] for i in held}
     lines = [
         "# SST-2: the sweep's held-out split against the dev set", "",
-        f"Written by `python benchmarks/holdout_overlap.py --study {args.study}`.", "",
+        f"Written by `python benchmarks/holdout_overlap.py --study <study folder>`.", "",
         f"{len(inside)} of the {len(held)} held-out training examples ({len(inside) / len(held):.0%}) occur inside an "
         f"example of the sweep's training part (a phrase of a training sentence, or the sentence itself); "
         f"{dev_inside} of the {len(dev)} dev sentences occur inside any of the {len(train)} training examples. "

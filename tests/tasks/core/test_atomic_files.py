@@ -21,7 +21,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
 
 def test_checkpoint_io_writes_a_loadable_file_in_one_piece(tmp_path):
     AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "c" / "last.ckpt")
-    assert torch.equal(torch.load(tmp_path / "c" / "last.ckpt")["state_dict"]["w"], torch.ones(2))
+    assert torch.equal(torch.load(tmp_path / "c" / "last.ckpt", weights_only=True)["state_dict"]["w"], torch.ones(2))
     assert [p.name for p in (tmp_path / "c").iterdir()] == ["last.ckpt"]
 
 

@@ -106,7 +106,7 @@ def test_ddp_training_on_two_processes_sees_the_batches_and_metrics_of_one_with_
     # is a mean over its 4 examples (GLUE), windows (SQuAD) or labelled tokens (NER: weighted by the
     # rank's share of the global batch's tokens, tasks/core/distributed.py share_of_total; unweighted, the
     # ranks' token means averaged, NER's weights end beyond this tolerance)
-    weights = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"] for run in (
+    weights = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"] for run in (
         tmp_path / "one", tmp_path / "two")]
     assert weights[0].keys() == weights[1].keys()
     for key, value in weights[0].items():

@@ -137,7 +137,7 @@ def test_a_full_disk_while_training_is_one_line_and_keeps_the_last_checkpoint(ma
     assert stop.value.code == 2 and "Traceback" not in err
     assert f"error: cannot write {last}: no space left on the device" in err and "previous last.ckpt is intact" in err
     assert last.read_bytes() == kept["last"]
-    assert torch.load(last, weights_only=False)["global_step"] == 1  # whole, loadable: resume=true starts from it
+    assert torch.load(last, weights_only=True)["global_step"] == 1  # whole, loadable: resume=true starts from it
     assert [p.name for p in last.parent.iterdir()] == ["last.ckpt"]  # no temporary file left
 
 
@@ -160,7 +160,7 @@ def test_two_ddp_processes_killed_mid_epoch_resume_exactly(tiny_bert_dir, tmp_pa
     assert straight.returncode == 0, straight.stderr[-3000:]
     killed = run(tmp_path / "killed", kill="train:3:SIGKILL")
     assert killed.returncode == -9, killed.stderr[-3000:]
-    assert torch.load(tmp_path / "killed" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert torch.load(tmp_path / "killed" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
     resumed = run(tmp_path / "killed", "resume=true")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for name in ("metrics.json", "val_SST-2.tsv"):
