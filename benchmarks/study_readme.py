@@ -1,0 +1,116 @@
+"""The README's section on the full-data study (``full_data_study.py --readme``), rendered from the committed run
+records: the results table with published figures of other small encoders for context, the NER test F1, the
+goals, and the commands that rebuild each task's best sesame model."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from study_goals import arm_points, final_metrics, goal_lines, in_points, points, speed_arm_reaches, speed_column
+from study_time_to_target import SPEED_REF
+from study_units import ORDER, REPO, SWEEP_TASKS, TASKS
+
+
+README = REPO / "README.md"
+README_BEGIN, README_END = "<!-- full-data-study:begin -->", "<!-- full-data-study:end -->"
+#: Published dev-set figures of other small encoders, for context only (different models and recipes).
+PUBLISHED: dict[str, str] = {
+    "rte": "MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ",
+    "mrpc": "MiniLM-L6 88.9ᵃ ᶜ, DistilBERT 87.5ᵇ ᶜ",
+    "stsb": "DistilBERT 86.9ᵇ ᶜ",
+    "cola": "MiniLM-L6 47.5ᵃ, DistilBERT 51.3ᵇ",
+    "sst2": "MiniLM-L6 91.5ᵃ, DistilBERT 91.3ᵇ",
+    "squad_v1": "DistilBERT 85.8 F1 (77.7 EM)ᵈ",
+    "conll2003": "none found",
+    "wnut17": "none found",
+}
+PUBLISHED_NOTES = [
+    "sesame's encoder here is sentence-transformers' all-MiniLM-L6-v2: a sentence-embedding model (nreimers' "
+    "MiniLM-L6-H384, the every-other-layer cut of MiniLM-L12-H384, trained further on 1B sentence pairs for "
+    "embeddings; its model card, huggingface.co/sentence-transformers/all-MiniLM-L6-v2), not the distilled MiniLM "
+    "or DistilBERT those papers fine-tune; their figures are context, not a target.",
+    "ᵃ MiniLM-L6xH384 (22M parameters, distilled task-agnostically from a UniLMv2 base model), dev set: "
+    "microsoft/unilm, `minilm/README.md`, table \"Fine-tuning on NLU tasks\" (Wang et al., 2020, arXiv:2002.10957).",
+    "ᵇ DistilBERT (66M, 6 layers of 768), dev set, median of 5 runs: Sanh et al., 2019, arXiv:1910.01108, Table 1.",
+    "ᶜ the source does not say which of the task's metrics (MRPC accuracy or F1; STS-B Pearson or Spearman).",
+    "ᵈ same paper, Table 2 (SQuAD v1.1 dev).",
+]
+
+
+def readme_table(records: list[dict[str, Any]]) -> str:
+    """The README's summary of the study, rendered from the run records (``--readme`` writes it)."""
+    tta = speed_arm_reaches(records)
+    final = functools.partial(final_metrics, records)
+    lines = [
+        "| task | dev metric | sesame default | Trainer | Trainer at its best | sesame best recipe | CPU time to the "
+        "best Trainer's final metric (fastest sesame arm whose metric holds, one machine) | published, other small encoders |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for task in ORDER:
+        main = next((r["main_metric"] for r in records if r["task"] == task), None)
+        metric = main.removeprefix("val_").replace("matthews_correlation", "MCC") if main else "—"
+        best = points(final(task, "sesame_best")) if task in SWEEP_TASKS else "(no sweep)"
+        at_best = points(final(task, SPEED_REF)) if final(task, SPEED_REF) else "not run"
+        lines.append(f"| {TASKS[task]['label']} | {metric} | {points(final(task, 'sesame'))} | {points(final(task, 'hf'))} | "
+                     f"{at_best} | {best} | {speed_column(records, task, tta)} | {PUBLISHED[task]} |")
+    return "\n".join([*README_INTRO, "", *lines, "", *ner_test_lines(records), *[note + "  " for note in PUBLISHED_NOTES[:-1]],
+                      PUBLISHED_NOTES[-1], "", *goal_lines(records), "", *rebuild_lines(records)])
+
+
+def ner_test_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The NER tasks' test F1 under the table (the best dev epoch's model, as the report gives it); none before any
+    NER run has a test score."""
+    test_f1 = {task: {arm: arm_points(records, task, arm, lambda r: r["best"].get("test_f1")) for arm in ("sesame", "hf")}
+               for task in ORDER}
+    cells = [f"{TASKS[task]['label']} sesame {points(f1['sesame'])}, Trainer {points(f1['hf'])}"
+             for task, f1 in test_f1.items() if f1["sesame"] or f1["hf"]]
+    return [f"Test F1 of the NER tasks (the best dev epoch's model): {'; '.join(cells)}.", ""] if cells else []
+
+
+#: What the README's section says before its table (part of the rendered section, so it cannot drift from it).
+README_INTRO = [
+    "Every task trained on its whole training set with the default encoder (all-MiniLM-L6-v2), scored on the "
+    "official dev set (NER also on test), side by side with transformers' `Trainer` (`AutoModelFor...` on sesame's "
+    "own examples and batches, with the same seeds, epochs, learning rate, batch size, warm-up, weight decay and "
+    "clipping, scored by sesame's scorer). One preset per task holds the recipe, run_glue / run_ner / run_qa style: "
+    "3 epochs GLUE and NER, 2 SQuAD, SQuAD at 384 tokens with stride 128. One run is "
+    "`sesame-train +experiment=full_<task> seed=<k>`; the study runs unit by unit, each resumable where it stopped "
+    "(`--help` lists the options; `benchmarks/README.md` says more):",
+    "",
+    "```bash",
+    "python benchmarks/full_data_study.py --tasks rte --arms sesame,hf --out /tmp/study   # needs $SESAME_DATA_DIR/rte",
+    "```",
+    "",
+    "`--report --out <folder>` writes the full report, `docs/results/full_data_study.md` (per-epoch dev curves "
+    "against CPU time, costs, memory, the recipe sweeps chosen on held-out training data), and each run's record "
+    "under `docs/results/full_data_study/runs/` (config, seed, commit, versions, per-validation metrics and times); "
+    "`--readme` writes this section from those records. Figures are points, mean ± std over seeds (their count in "
+    "brackets). `Trainer` trains as transformers' reference scripts do (fp32, randomly ordered batches); `Trainer at "
+    "its best` (`hf_fast`) turns on its own length grouping and bf16, the switches that match sesame's speed arms. "
+    "The CPU ratio is sesame's CPU time until its dev curve first reaches the final metric of the Trainer at its best, "
+    "over that Trainer's CPU time to the same point, both arms validated at the same points and run on one machine.",
+]
+
+
+#: Overrides of the study's bookkeeping, not of the model: left out of the rebuild commands.
+BOOKKEEPING = ("trainer.enable_progress_bar=", "trainer.enable_model_summary=", "checkpoint.every_n_train_steps=", "resume=")
+
+
+def rebuild_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The command that rebuilds each task's best sesame model (the run of any sesame arm with the highest final
+    dev metric): the models stay out of git, their recipes do not."""
+    lines = ["The best sesame run per task (highest final dev metric of any sesame arm); its model is not in git, "
+             "this rebuilds it (`SESAME_DATA_DIR` pointing at the data, default `../shared/data`):", "", "```bash"]
+    for task in ORDER:
+        runs = [r for r in records if r["task"] == task and r["arm"].startswith("sesame")
+                and r["final"].get(r["main_metric"]) is not None]
+        if runs:
+            r = max(runs, key=lambda x: x["final"][x["main_metric"]])
+            overrides = [o for o in r["overrides"] if not o.startswith(BOOKKEEPING)]
+            metric = r["main_metric"].removeprefix("val_")
+            folder = TASKS[task]["files"][0].split("/")[0]  # the README's command check wants it named
+            lines.append(f"sesame-train {' '.join(overrides)} hydra.run.dir=outputs/full/{task}   "
+                         f"# needs $SESAME_DATA_DIR/{folder}; {r['arm']}, {metric} "
+                         f"{in_points(task, r['final'][r['main_metric']]):.2f}")
+    return [*lines, "```"]
