@@ -85,6 +85,14 @@ class TaskExport:
     output_names: ClassVar[tuple[str, ...]] = ("logits",)
     #: Whether the outputs have a length axis (per token: [B, T, ...]) or not ([B, C]).
     per_token_outputs: ClassVar[bool] = False
+    #: The dynamic axes of every graph input, by name, in order: [B, T] by default; a task whose
+    #: examples are groups of sequences (multiple choice) has ``("batch", "choices", "length")``.
+    input_axes: ClassVar[tuple[str, ...]] = ("batch", "length")
+
+    def output_axes(self) -> tuple[str, ...]:
+        """The leading dynamic axes of every graph output: ``("batch", "length")`` for per-token
+        outputs, else ``("batch",)``; a task with other axes (choices) overrides it."""
+        return ("batch", "length") if self.per_token_outputs else ("batch",)
 
     # The model card ------------------------------------------------------------------------------
     #: The input every usage snippet runs on: ``sesame-predict``'s JSON fields.

@@ -30,7 +30,7 @@ from transformers import PreTrainedTokenizerFast
 
 from sesame.tasks.base.run_settings import RunSettings, task_class
 from sesame.tasks.core.errors import ConfigError, DataError
-from sesame.tasks.inputs.batching import LengthSortedSampler
+from sesame.tasks.inputs.batching import LengthSortedSampler, example_size
 
 #: Inputs read, checked and tokenised together, per batch of the model (at least 256).
 CHUNK_BATCHES = 16
@@ -56,8 +56,9 @@ class ModelRunner(Protocol):
         """The task module's ``forward(batch)`` output, float32 on the CPU.
 
         ``batch`` holds ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the tokenizer
-        makes them) [B, T] int64, and for QA ``context_mask`` [B, T] bool. GLUE: logits [B, C]
-        ([B, 1] for regression); QA: ``(start, end)`` logits, each [B, T]; NER: logits [B, T, C].
+        makes them) [B, T] int64 ([B, G, T] for a task whose examples are groups of sequences), and
+        the task's own inputs (QA: ``context_mask`` [B, T] bool). The task's outputs: GLUE logits [B, C]
+        ([B, 1] for regression); QA ``(start, end)`` logits, each [B, T]; NER logits [B, T, C].
         """
         ...
 
@@ -216,12 +217,13 @@ class TaskPredictor:
     # Shared by the tasks -------------------------------------------------------------------------
     def run_sorted(self, features: Sequence[Mapping[str, Any]], collate: Callable[[list], dict[str, torch.Tensor]],
                    inputs: Sequence[str]) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor], Any]]:
-        """Run ``features`` (windows: dicts of arrays with ``input_ids``) longest first, ``batch_size`` at a time.
+        """Run ``features`` (windows: dicts of arrays with ``input_ids``, a sequence or a group of them)
+        longest first (:func:`example_size`), ``batch_size`` at a time.
 
         Yields ``(indices into features, the collated batch, the runner's output)`` per batch; the
         runner sees the batch keys in ``inputs`` that the batch has.
         """
-        order = LengthSortedSampler([len(f["input_ids"]) for f in features]).order
+        order = LengthSortedSampler([example_size(f["input_ids"]) for f in features]).order
         for lo in range(0, len(order), self.batch_size):
             index = np.asarray(order[lo: lo + self.batch_size], dtype=np.int64)
             batch = collate([features[i] for i in index])

@@ -37,8 +37,17 @@ ENCODER_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def encoder_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The encoder's inputs of ``batch`` (``token_type_ids`` only where the batch has them)."""
-    return {k: batch[k] for k in ENCODER_INPUT_KEYS if k in batch}
+    """The encoder's inputs of ``batch`` as [N, T] (``token_type_ids`` only where the batch has them).
+
+    A batch of groups of sequences (multiple choice: [B, G, T]) is flattened to [B * G, T], group by
+    group, so the encoder reads one sequence per row whatever the task; the task reshapes what comes
+    back. A member that is all padding (a group shorter than the batch's widest) comes out as a row
+    whose output means nothing: the task masks it.
+    """
+    inputs = {k: batch[k] for k in ENCODER_INPUT_KEYS if k in batch}
+    if inputs["input_ids"].dim() <= 2:
+        return inputs
+    return {k: v.reshape(-1, v.shape[-1]) for k, v in inputs.items()}
 
 
 def find_layer_stack(model: nn.Module, num_layers: int) -> tuple[str, nn.ModuleList]:

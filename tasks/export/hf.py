@@ -41,7 +41,7 @@ from transformers import PreTrainedModel
 from sesame.tasks.base.export import TaskExport
 from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.saved.int8 import is_quantized
-from sesame.tasks.encoders.encoder import encoder_inputs
+from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.encoders.families import prune_layout
 from sesame.tasks.encoders.pruning import PLAIN_SHAPES, PruningPlan, full_shape_state, head_size, plain_config
 from sesame.tasks.core.errors import ConfigError
@@ -182,8 +182,9 @@ def fill_weights(hf: PreTrainedModel, trained: TrainedModel, task: TaskExport | 
 
 
 def hf_outputs(hf: PreTrainedModel, task: TaskExport, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """``hf``'s outputs on ``batch`` as the module's (``TaskExport.hf_outputs``)."""
-    inputs = encoder_inputs(batch)
+    """``hf``'s outputs on ``batch`` as the module's (``TaskExport.hf_outputs``). transformers' task
+    model reads the batch as the task shapes it ([B, T], or [B, G, T] for multiple choice)."""
+    inputs = {k: batch[k] for k in ENCODER_INPUT_KEYS if k in batch}
     if "token_type_ids" in inputs and "token_type_ids" not in _forward_parameters(hf):
         inputs.pop("token_type_ids")
     return task.hf_outputs(hf(**inputs))

@@ -2,7 +2,7 @@
 
 The graph is the task module's ``forward``: encoder, fusion (scalar mix and all), pooling and head,
 and for QA the masking of positions outside the context. Inputs ``input_ids``, ``attention_mask``
-[B, T] int64, ``token_type_ids`` (only where the encoder reads them) and the task's own
+[B, T] int64 ([B, G, T] for a task of groups of sequences: ``TaskExport.input_axes``), ``token_type_ids`` (only where the encoder reads them) and the task's own
 (``TaskExport.extra_inputs``: QA's ``context_mask`` [B, T] bool); outputs the task's
 (``TaskExport.output_names``: ``logits`` [B, C] classification, [B, T, C] tagging; ``start_logits`` /
 ``end_logits`` [B, T]). Batch and length axes are dynamic. What the graph does not hold the task
@@ -124,18 +124,19 @@ def export_graph(trained: TrainedModel, path: Path, example: dict[str, torch.Ten
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # shape branches in transformers' masks
         warnings.filterwarnings("ignore", message=r".*The axis name: .* will not be used")  # batch/length named twice
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+        in_axes = dict(enumerate(task.input_axes))  # {0: "batch", 1: "length"}, or with a choices axis
         if exporter == "dynamo":
-            batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=1)
+            dims = {axis: torch.export.Dim(axis, min=1) for axis in task.input_axes}
             torch.onnx.export(
                 graph, (), str(path), kwargs=kwargs, input_names=names, output_names=outputs, dynamo=True,
-                dynamic_shapes={n: {0: batch, 1: length} for n in names}, external_data=large, verbose=False,
-                **({"opset_version": opset} if opset else {}),
+                dynamic_shapes={n: {i: dims[a] for i, a in in_axes.items()} for n in names}, external_data=large,
+                verbose=False, **({"opset_version": opset} if opset else {}),
             )
         else:
-            out_axes = {0: "batch", 1: "length"} if task.per_token_outputs else {0: "batch"}
+            out_axes = dict(enumerate(task.output_axes()))
             torch.onnx.export(
                 graph, (), str(path), kwargs=kwargs, input_names=names, output_names=outputs, dynamo=False,
-                dynamic_axes={**{n: {0: "batch", 1: "length"} for n in names}, **{o: out_axes for o in outputs}},
+                dynamic_axes={**{n: in_axes for n in names}, **{o: out_axes for o in outputs}},
                 opset_version=opset or 17,
             )
     return traced

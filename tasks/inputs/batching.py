@@ -4,7 +4,7 @@ length-sorted evaluation), one padding collator, and the loader recipe that comb
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -177,20 +177,26 @@ class PaddingCollator:
     in every example (an unlabelled test file) are left out. Integer fields become int64, floats
     float32 (so a regression target stays a float), bools stay bool.
 
+    ``grouped`` names the fields that hold a group of sequences per example (multiple choice: one
+    token sequence per candidate, [G][T_g]): they are padded on both axes into [B, G_max, T_max],
+    a missing member being all padding (an all-zero ``attention_mask`` row says it is absent).
+
     ``multiple_of`` (``data.pad_to_multiple_of``) rounds T_max up to a multiple of it, never past
     ``max_length`` (unless the longest example already is longer): length-grouped batches then come in a
     handful of shapes instead of one per length, which keeps glibc from holding freed activation memory
     of every shape (docs/results/peak_rss_allocator.md).
     """
 
-    def __init__(self, pad_values: Mapping[str, Any], multiple_of: int | None = None, max_length: int | None = None) -> None:
+    def __init__(self, pad_values: Mapping[str, Any], multiple_of: int | None = None, max_length: int | None = None,
+                 grouped: Collection[str] = ()) -> None:
         self.pad_values = dict(pad_values)
         self.multiple_of = multiple_of
         self.max_length = max_length
+        self.grouped = frozenset(grouped)
 
     def padded_to(self, multiple_of: int | None, max_length: int | None) -> PaddingCollator:
         """The same collator, padding to a multiple of ``multiple_of`` tokens (None: to the longest)."""
-        return PaddingCollator(self.pad_values, multiple_of, max_length)
+        return PaddingCollator(self.pad_values, multiple_of, max_length, self.grouped)
 
     def _length(self, longest: int) -> int:
         if not self.multiple_of:
@@ -203,7 +209,9 @@ class PaddingCollator:
         for key, first in examples[0].items():
             if first is None:
                 continue
-            if isinstance(first, (list, tuple, np.ndarray)):
+            if key in self.grouped:
+                batch[key] = self._grouped(key, [[np.asarray(m) for m in e[key]] for e in examples])
+            elif isinstance(first, (list, tuple, np.ndarray)):
                 rows = [np.asarray(e[key]) for e in examples]
                 dtype = _batch_dtype(rows[0].dtype)
                 longest = self._length(max(len(r) for r in rows))
@@ -215,6 +223,28 @@ class PaddingCollator:
                 values = np.asarray([e[key] for e in examples])
                 batch[key] = torch.from_numpy(values.astype(_batch_dtype(values.dtype)))
         return batch
+
+    def _grouped(self, key: str, groups: list[list[np.ndarray]]) -> torch.Tensor:
+        """[B, G_max, T_max, ...] of each example's members, padded on both axes."""
+        members = [m for group in groups for m in group]
+        if not members:
+            raise ValueError(f"field {key!r}: every example's group is empty")
+        width = max(len(group) for group in groups)
+        longest = self._length(max(len(m) for m in members))
+        out = np.full((len(groups), width, longest, *members[0].shape[1:]), self.pad_values.get(key, 0),
+                      dtype=_batch_dtype(members[0].dtype))
+        for i, group in enumerate(groups):
+            for j, member in enumerate(group):
+                out[i, j, : len(member)] = member
+        return torch.from_numpy(out)
+
+
+def example_size(input_ids: Sequence[Any]) -> int:
+    """Tokens an example costs once padded: its length, or for a group of sequences (multiple
+    choice) members x the longest member. What length sorting and grouping order examples by."""
+    if len(input_ids) and isinstance(input_ids[0], (list, tuple, np.ndarray)):
+        return len(input_ids) * max(len(member) for member in input_ids)
+    return len(input_ids)
 
 
 def _batch_dtype(dtype: np.dtype) -> type:

@@ -13,7 +13,7 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
-from sesame.tasks.inputs.batching import make_loader
+from sesame.tasks.inputs.batching import example_size, make_loader
 from sesame.tasks.encoders.encoder import check_max_seq_length
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.inputs.data_settings import DataSettings
@@ -53,11 +53,12 @@ class SplitDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def example_lengths(self, split: str) -> list[int]:
-        """Tokens per example of ``split``, for length-sorted evaluation batches."""
+        """Tokens per example of ``split`` once padded (:func:`example_size`), for length-sorted
+        evaluation and length-grouped training batches."""
         ds = self.dataset(split)
         if hasattr(ds, "lengths"):
             return list(ds.lengths())
-        return [len(ids) for ids in ds["input_ids"]]
+        return [example_size(ids) for ids in ds["input_ids"]]
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         s = self.settings

@@ -68,11 +68,12 @@ def default_cache_dir() -> Path:
     return Path(root).expanduser() / "features"
 
 
-def example_keys(batch: Mapping[str, torch.Tensor]) -> list[bytes]:
-    """One digest per example of its real tokens (ids and segment ids), whatever the padding."""
-    ids = batch["input_ids"].cpu().numpy()
-    lengths = batch["attention_mask"].sum(dim=1).cpu().numpy()
-    types = batch["token_type_ids"].cpu().numpy() if "token_type_ids" in batch else None
+def sequence_keys(inputs: Mapping[str, torch.Tensor]) -> list[bytes]:
+    """One digest per row of the encoder's ``inputs`` ([N, T], :func:`encoder_inputs`) of its real
+    tokens (ids and segment ids), whatever the padding."""
+    ids = inputs["input_ids"].cpu().numpy()
+    lengths = inputs["attention_mask"].sum(dim=1).cpu().numpy()
+    types = inputs["token_type_ids"].cpu().numpy() if "token_type_ids" in inputs else None
     keys = []
     for row, n in enumerate(lengths):
         h = hashlib.blake2b(ids[row, :n].astype(np.int64).tobytes(), digest_size=16)
@@ -80,6 +81,17 @@ def example_keys(batch: Mapping[str, torch.Tensor]) -> list[bytes]:
             h.update(types[row, :n].astype(np.int8).tobytes())
         keys.append(h.digest())
     return keys
+
+
+def example_keys(batch: Mapping[str, torch.Tensor]) -> list[bytes]:
+    """One digest per example (batch row) of its real tokens, whatever the padding: for a group of
+    sequences ([B, G, T]) the digest of its members' digests, in order."""
+    keys = sequence_keys(encoder_inputs(batch))
+    members = len(keys) // max(len(batch["input_ids"]), 1)
+    if members == 1:
+        return keys
+    return [hashlib.blake2b(b"".join(keys[i : i + members]), digest_size=16).digest()
+            for i in range(0, len(keys), members)]
 
 
 def encoder_fingerprint(encoder: Encoder) -> str:
@@ -117,13 +129,16 @@ class FeatureCache:
         self.hits = self.misses = 0
 
     def lookup(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
-        spans = [self.rows.get(k) for k in example_keys(batch)]
+        """The hidden states of the encoder's rows of ``batch`` (each [N, T, H], N = B or B * G for
+        groups of sequences, as the encoder would give them), or None where any row is not cached."""
+        inputs = encoder_inputs(batch)
+        spans = [self.rows.get(k) for k in sequence_keys(inputs)]
         if any(s is None for s in spans):
             self.misses += 1
             return None
         self.hits += 1
-        batch_size, width = batch["input_ids"].shape
-        out = np.zeros((batch_size, width, *self.features.shape[1:]), dtype=np.float32)
+        rows, width = inputs["input_ids"].shape
+        out = np.zeros((rows, width, *self.features.shape[1:]), dtype=np.float32)
         for row, (start, n) in enumerate(spans):
             out[row, :n] = self.features[start : start + n]
         states = torch.from_numpy(out).to(batch["input_ids"].device)  # [B, T, K, H]
@@ -155,8 +170,8 @@ def build_or_open(
         lengths_by_key = {
             k: int(n)
             for loader in loaders
-            for batch in loader
-            for k, n in zip(example_keys(batch), batch["attention_mask"].sum(dim=1).tolist())
+            for inputs in map(encoder_inputs, loader)
+            for k, n in zip(sequence_keys(inputs), inputs["attention_mask"].sum(dim=1).tolist())
         }
     keys = sorted(lengths_by_key)
     h = hashlib.sha256(f"v{FORMAT_VERSION}|{dtype}|{encoder_fingerprint(encoder)}".encode())
@@ -189,10 +204,9 @@ def _build(
         bar = tqdm(total=total or None, desc=f"caching frozen features in {folder}", unit="batch", disable=not progress)
         with preserved_rng(), torch.inference_mode():
             for loader in loaders:
-                for batch in loader:
-                    rows = [(r, position[k]) for r, k in enumerate(example_keys(batch)) if not done[position[k]]]
+                for inputs in map(encoder_inputs, loader):
+                    rows = [(r, position[k]) for r, k in enumerate(sequence_keys(inputs)) if not done[position[k]]]
                     if rows:
-                        inputs = encoder_inputs(batch)
                         hidden = torch.stack(encoder(**inputs), dim=2).float().cpu().numpy()  # [B, T, K, H]
                         for r, i in rows:
                             features[starts[i] : starts[i] + lengths[i]] = hidden[r, : lengths[i]]
