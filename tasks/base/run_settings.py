@@ -77,6 +77,15 @@ class FusionSettings(Settings):
     combine: str | None = None  # fusion=layers only: mean | sum | concat
 
 
+@dataclass(frozen=True)
+class PoolingSettings(Settings):
+    """``cfg.pooling`` (``conf/pooling/*.yaml``): how token features become one vector (``heads/pooling.py``),
+    for every task whose head reads one vector per sequence (sentence classification, multiple choice)."""
+
+    group = "pooling"
+    name: str
+
+
 def task_class(task: TaskSettings, role: str) -> type:
     """The class ``task.<role>`` names (``module``, ``datamodule``, ``predictor``, ``export``,
     ``data_settings``, ``head_settings``)."""
@@ -209,6 +218,7 @@ class RunSettings:
     init_from: str | None  # a run folder or .ckpt whose weights the model starts from (null: pretrained)
     overwrite: bool
     model: str | None = None  # sesame-eval only
+    pooling: PoolingSettings | None = None  # cfg.pooling, where the config has the group
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | DictConfig) -> RunSettings:
@@ -231,6 +241,7 @@ class RunSettings:
             finetune=FinetuneSettings.from_config(cfg["finetune"]),
             data=task_class(task, "data_settings").from_config(cfg["data"]),
             head=task_class(task, "head_settings").from_config(cfg["head"]),
+            pooling=PoolingSettings.from_config(cfg["pooling"]) if cfg.get("pooling") is not None else None,
             trainer=TrainerSettings.from_config(cfg["trainer"], check=check_trainer),
             seed=int(cfg["seed"]),
             calibrate=bool(cfg["calibrate"]),

@@ -11,16 +11,18 @@ checkpoint state dict.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from sesame.heads.fusion import LayerFusion
-from sesame.tasks.base.run_settings import FusionSettings, TaskSettings
-from sesame.tasks.core.errors import DataError, settings_check
+from sesame.heads.pooling import PoolerPooling, build_pooling
+from sesame.tasks.base.run_settings import FusionSettings, PoolingSettings, TaskSettings
+from sesame.tasks.core.errors import ConfigError, DataError, settings_check
 from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, encoder_inputs
+from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
 from sesame.tasks.encoders.finetune import FinetuneSettings, apply_finetune_mode
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
 
@@ -69,10 +71,32 @@ class EncoderTaskNetwork(nn.Module):
         # without this, full fine-tuning would silently train with dropout off.
         self.train()
 
+    #: Whether the head reads one vector per sequence made by ``cfg.pooling`` (:meth:`build_pooling`):
+    #: sentence classification, multiple choice. Per-token heads (QA, tagging) leave it False.
+    pools_sequences: ClassVar[bool] = False
+
     def reads_encoder_pooler(self) -> bool:
         """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
-        then drops the encoder's pooler itself. Every other network drops it at once."""
-        return False
+        then drops the encoder's pooler itself (:meth:`build_pooling`). Every other network drops it at once."""
+        return self.pools_sequences and PoolingSettings.from_config(self.cfg.pooling).name == "pooler"
+
+    def build_pooling(self, built_from_trained: bool) -> nn.Module:
+        """``cfg.pooling``'s pooling of this network's features (``heads/pooling.py``): [N, T, D] -> [N, D'].
+
+        ``pooling=pooler`` copies the encoder's pretrained pooler into the head, where it trains, and
+        drops the encoder's; an encoder without one is a :class:`ConfigError`, unless the network is a
+        trained model read back (``built_from_trained``), whose checkpoint holds the head's pooler.
+        """
+        name = PoolingSettings.from_config(self.cfg.pooling).name
+        with settings_check():  # the summary token: [CLS] first, XLNet's <cls> last, none in T5 (an error)
+            pooling = build_pooling(name, self.feature_size, self.encoder.summary_token(name))
+        if isinstance(pooling, PoolerPooling):
+            if self.encoder.has_pretrained("pooler") and pooler_linear(self.encoder.model) is not None:
+                pooling.load_from(self.encoder.model.pooler)
+            elif not built_from_trained:
+                raise ConfigError(no_pooler_message(self.encoder.config, str(self.encoder.name_or_path)))
+            self.encoder.drop_pooler()  # its copy in the head is what trains
+        return pooling
 
     @property
     def encoder_frozen(self) -> bool:

@@ -23,7 +23,8 @@ from torch import nn
 
 from sesame.tasks.base.export import TaskExport
 from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
-from sesame.tasks.glue.settings import PoolingSettings, TableDataSettings
+from sesame.tasks.base.run_settings import PoolingSettings
+from sesame.tasks.glue.settings import TableDataSettings
 from sesame.tasks.inputs.batching import PaddingCollator
 
 #: An ONNX folder's multi-label decision thresholds: ``{label: threshold}``.

@@ -16,14 +16,12 @@ from omegaconf import DictConfig
 
 from sesame.heads.calibration import TemperatureScaling
 from sesame.heads.classifier import SequenceClassifierHead
-from sesame.heads.pooling import PoolerPooling, build_pooling
 from sesame.tasks.base.run_settings import task_class
 from sesame.tasks.base.task_network import EncoderTaskNetwork
-from sesame.tasks.core.errors import ConfigError, settings_check
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.encoders.encoder import Encoder
-from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
 from sesame.tasks.encoders.hf_weights import load_prefixed_weights
-from sesame.tasks.glue.settings import ClassifierHeadSettings, PoolingSettings
+from sesame.tasks.glue.settings import ClassifierHeadSettings
 
 
 class SentenceClassificationNetwork(EncoderTaskNetwork):
@@ -35,6 +33,8 @@ class SentenceClassificationNetwork(EncoderTaskNetwork):
     ``label_separator`` (multi-label: joins an example's labels in prediction files).
     """
 
+    pools_sequences = True
+
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)
         data = task_class(self.task, "data_settings").from_config(self.cfg.data)
@@ -42,25 +42,14 @@ class SentenceClassificationNetwork(EncoderTaskNetwork):
         self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
         self.multi_label = self.spec.multi_label
         self.label_separator = self.spec.label_separator
-        pooling = PoolingSettings.from_config(self.cfg.pooling)
         head = ClassifierHeadSettings.from_config(self.cfg.head)
-        with settings_check():  # the summary token: [CLS] first, XLNet's <cls> last, none in T5 (an error)
-            self.pooling = build_pooling(pooling.name, self.feature_size, self.encoder.summary_token(pooling.name))
-        if isinstance(self.pooling, PoolerPooling):
-            if self.encoder.has_pretrained("pooler") and pooler_linear(self.encoder.model) is not None:
-                self.pooling.load_from(self.encoder.model.pooler)
-            elif encoder is None:  # a trained model read back (encoder given) has the pooler in its checkpoint
-                raise ConfigError(no_pooler_message(self.encoder.config, str(self.encoder.name_or_path)))
-            self.encoder.drop_pooler()  # its copy in the head is what trains
+        self.pooling = self.build_pooling(built_from_trained=encoder is not None)
         num_labels = 1 if self.label_names is None else len(self.label_names)
         self.head = SequenceClassifierHead(
             self.pooling.output_size, num_labels, dropout=head.dropout, multi_label=self.multi_label,
             label_smoothing=self._checked_smoothing(head), class_weights=self._listed_weights(head),
         )
         self.calibration = TemperatureScaling()  # 1 (no change) unless calibrate=true fitted it
-
-    def reads_encoder_pooler(self) -> bool:
-        return PoolingSettings.from_config(self.cfg.pooling).name == "pooler"
 
     # Loss settings ---------------------------------------------------------------------------------
     def _checked_smoothing(self, head: ClassifierHeadSettings) -> float:

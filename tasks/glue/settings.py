@@ -92,14 +92,6 @@ class TableDataSettings(SentenceDataSettings):
 
 
 @dataclass(frozen=True)
-class PoolingSettings(Settings):
-    """``cfg.pooling`` (``conf/pooling/*.yaml``): how token features become one vector (``heads/pooling.py``)."""
-
-    group = "pooling"
-    name: str
-
-
-@dataclass(frozen=True)
 class ClassifierHeadSettings(Settings):
     """``cfg.head`` of ``conf/task/glue.yaml`` and ``conf/task/text_classification.yaml``."""
 
