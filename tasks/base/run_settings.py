@@ -78,6 +78,16 @@ class FusionSettings(Settings):
 
 
 @dataclass(frozen=True)
+class HeadSettings(Settings):
+    """The base of each task's ``cfg.head`` class (``task.head_settings``)."""
+
+    group = "head"
+    #: Head settings that belong to the trained weights (a CRF's transitions, the loss a head was
+    #: trained with): a trained model's are never overridden (``tasks/saved/trained_overrides.py``).
+    weight_keys: ClassVar[tuple[str, ...]] = ()
+
+
+@dataclass(frozen=True)
 class PoolingSettings(Settings):
     """``cfg.pooling`` (``conf/pooling/*.yaml``): how token features become one vector (``heads/pooling.py``),
     for every task whose head reads one vector per sequence (sentence classification, multiple choice)."""

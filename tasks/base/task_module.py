@@ -199,6 +199,26 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
         key; writes the stage's prediction files (through ``write_json`` / ``write_text``)."""
         raise NotImplementedError
 
+    def final_metrics(self) -> dict[str, float]:
+        """What the module learned that ``metrics.json`` reports after training (e.g. scalar-mix
+        weights). Default: nothing."""
+        return {}
+
+    # calibrate=true --------------------------------------------------------------------------------
+    def calibration_refusal(self) -> str | None:
+        """Why ``calibrate=true`` cannot apply to this model, in one sentence; None where the task fits a
+        temperature (:meth:`calibrate`). Default: it cannot."""
+        return (f"calibrate=true fits a softmax temperature to the dev logits of single-label classification, which "
+                f"task={self.task.name} does not have")
+
+    def calibrate(self) -> dict[str, float | str]:
+        """Fit the calibration on the latest validation's outputs (after training); the metrics it reports."""
+        raise NotImplementedError(self.calibration_refusal())
+
+    def calibrated_state(self) -> dict[str, torch.Tensor]:
+        """The state-dict entries :meth:`calibrate` fitted, which ``best.ckpt`` then holds."""
+        return {}
+
     def eval_stage(self, stage: str, dataloader_idx: int) -> str:
         """The stage name of an evaluation loader (tasks with a second dev set override this)."""
         return stage

@@ -138,6 +138,15 @@ class SentenceClassificationModule(SentenceClassificationNetwork, EncoderTaskMod
         self.write_text(f"{stage}_{name}.tsv", submission_tsv(rows["index"].tolist(), rows["prediction"].tolist(), self.label_names))
         return metrics
 
+    def calibration_refusal(self) -> str | None:
+        if self.is_single_label:
+            return None
+        return (f"calibrate=true fits a softmax temperature: it applies to single-label classification, not to "
+                f"task={self.task.name} here (regression or multi-label)")
+
+    def calibrated_state(self) -> dict[str, torch.Tensor]:
+        return {"calibration.temperature": self.calibration.temperature}
+
     def calibrate(self) -> dict[str, float | str]:
         """Fit the temperature on the logits of the latest validation (``calibrate=true``, after training).
 

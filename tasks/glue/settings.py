@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, replace
 
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.base.run_settings import HeadSettings
 from sesame.tasks.glue.metrics import METRICS
 from sesame.tasks.glue.specs import MULTILABEL_METRICS, REGRESSION_METRICS, GlueTaskSpec, glue_spec
 from sesame.tasks.inputs.data_settings import DataSettings
@@ -31,6 +31,8 @@ class SentenceDataSettings(DataSettings):
 class GlueDataSettings(SentenceDataSettings):
     """``cfg.data`` for ``task=glue`` (``conf/data/sst2_slice.yaml`` and the presets built on it)."""
 
+    output_keys = ("label_names",)
+
     task_name: str
     validation_mismatched_file: str | None  # MNLI only
     label_names: tuple[str, ...] | None  # null: the GLUE task's own
@@ -46,6 +48,8 @@ class GlueDataSettings(SentenceDataSettings):
 @dataclass(frozen=True, kw_only=True)
 class TableDataSettings(SentenceDataSettings):
     """``cfg.data`` for ``task=text_classification`` (``conf/data/table.yaml``)."""
+
+    output_keys = ("label_names", "multi_label", "label_separator", "regression", "metrics")
 
     text_column: str
     text_pair_column: str | None
@@ -92,10 +96,10 @@ class TableDataSettings(SentenceDataSettings):
 
 
 @dataclass(frozen=True)
-class ClassifierHeadSettings(Settings):
+class ClassifierHeadSettings(HeadSettings):
     """``cfg.head`` of ``conf/task/glue.yaml`` and ``conf/task/text_classification.yaml``."""
 
-    group = "head"
+    weight_keys = ("dropout", "class_weights", "label_smoothing")
     dropout: float
     class_weights: tuple[float, ...] | str | None  # null | "balanced" | one weight per label, in label order
     label_smoothing: float  # in [0, 1)

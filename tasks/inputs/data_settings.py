@@ -17,6 +17,12 @@ class DataSettings(Settings):
     settings class (``tasks/<task>/data.py``) adds its own keys."""
 
     group: ClassVar[str] = "data"
+    #: Settings that define a trained model's outputs (its label or tag set, its kind of task): kept
+    #: as trained whatever data the model is evaluated on (``tasks/saved/trained_overrides.py``).
+    output_keys: ClassVar[tuple[str, ...]] = ()
+    #: Settings that decide how the model's inputs are tokenised: the trained model's own on other
+    #: data, unless the command names them.
+    tokenisation_keys: ClassVar[tuple[str, ...]] = ("max_seq_length",)
     train_file: str | None
     validation_file: str | None
     test_file: str | None

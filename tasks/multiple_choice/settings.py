@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.base.run_settings import HeadSettings
 from sesame.tasks.inputs.data_settings import DataSettings
 
 
@@ -16,10 +16,10 @@ class MultipleChoiceDataSettings(DataSettings):
 
 
 @dataclass(frozen=True)
-class ChoiceHeadSettings(Settings):
+class ChoiceHeadSettings(HeadSettings):
     """``cfg.head`` of ``conf/task/multiple_choice.yaml``: the scorer of each (context, ending) pair."""
 
-    group = "head"
+    weight_keys = ("dropout",)
     dropout: float  # on the pooled vector of each pair, before the linear scorer
 
     def __post_init__(self) -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sesame.tasks.base.run_settings import TaskSettings
+from sesame.tasks.base.run_settings import HeadSettings, TaskSettings
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings
 from sesame.tasks.inputs.data_settings import DataSettings
 from sesame.tasks.ner.readers import FORMATS
 from sesame.tasks.ner.tags import TAG_SCHEMES
@@ -14,6 +13,9 @@ from sesame.tasks.ner.tags import TAG_SCHEMES
 @dataclass(frozen=True, kw_only=True)
 class NerDataSettings(DataSettings):
     """``cfg.data`` for ``task=ner``; the keys and their values are in ``conf/data/wnut17_slice.yaml``."""
+
+    output_keys = ("tag_names",)
+    tokenisation_keys = ("max_seq_length", "label_all_subwords")
 
     format: str
     tag_column: int
@@ -30,10 +32,11 @@ class NerDataSettings(DataSettings):
 
 
 @dataclass(frozen=True)
-class TaggerHeadSettings(Settings):
+class TaggerHeadSettings(HeadSettings):
     """``cfg.head`` of ``conf/task/ner.yaml`` (``heads/tagger.py``, ``heads/crf.py``)."""
 
-    group = "head"
+    weight_keys = ("dropout", "crf", "constrain_bio")
+
     dropout: float
     crf: bool  # linear-chain CRF over words, Viterbi decoding
     constrain_bio: bool  # with crf: decoding never emits O -> I-X or B-X -> I-Y

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.base.run_settings import HeadSettings
 from sesame.tasks.inputs.data_settings import DataSettings
 
 #: ``data.on_bad_example``: stop at a malformed question (error) or leave it out with a warning (skip).
@@ -29,6 +29,8 @@ TRAIN_WINDOWS = ("with_answer", "all")
 class SquadDataSettings(DataSettings):
     """``cfg.data`` of the SQuAD tasks; the keys of ``conf/data/squad_v1_slice.yaml``, described there.
     """
+
+    tokenisation_keys = ("max_seq_length", "doc_stride")
 
     version_2_with_negative: bool
     doc_stride: int
@@ -56,10 +58,9 @@ class SquadDataSettings(DataSettings):
 
 
 @dataclass(frozen=True)
-class SpanHeadSettings(Settings):
+class SpanHeadSettings(HeadSettings):
     """``cfg.head`` of ``conf/task/squad_v1.yaml`` / ``squad_v2.yaml``: how spans are decoded."""
 
-    group = "head"
     n_best_size: int  # spans kept per question (nbest_predictions.json)
     max_answer_length: int  # longest answer, in tokens
     null_score_diff_threshold: float  # v2: answer "" when null score - best span score exceeds it

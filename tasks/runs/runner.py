@@ -245,9 +245,9 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -
     module = build_module(cfg)
     if settings.init_from and resume_from is None:  # a resumed run's own checkpoint has its weights
         log.info("init_from: starting from the weights of %s", load_initial_weights(module, settings.init_from))
-    if settings.calibrate and not getattr(module, "is_single_label", False):  # refused before any training
-        raise ConfigError(f"calibrate=true fits a softmax temperature: it applies to single-label classification, "
-                          f"not to task={module.task.name} here. Fix: drop calibrate=true")
+    refusal = module.calibration_refusal() if settings.calibrate else None
+    if refusal:  # refused before any training
+        raise ConfigError(f"{refusal}. Fix: drop calibrate=true")
     check_tokenizer_fits(datamodule.tokenizer, module.encoder.config, module.encoder.name_or_path)
     module.output_dir = run_dir
     if is_main_process():
@@ -332,7 +332,7 @@ def calibrate_best(module: EncoderTaskModule, best: str) -> dict[str, Any]:
     result = module.calibrate()
     if is_main_process():
         checkpoint = load_checkpoint_file(best)
-        checkpoint["state_dict"]["calibration.temperature"] = module.calibration.temperature.detach().clone()
+        checkpoint["state_dict"].update({k: v.detach().clone() for k, v in module.calibrated_state().items()})
         torch_save_atomic(checkpoint, best)
     return result
 
@@ -342,8 +342,7 @@ def finish_run(module: EncoderTaskModule, metrics: dict[str, float], run_dir: Pa
     integer example counts; Lightning keeps float32 copies), losses as Lightning averaged them, and
     what the module learned (e.g. scalar-mix weights)."""
     metrics.update(module.evaluated)
-    if hasattr(module, "final_metrics"):
-        metrics.update(module.final_metrics())
+    metrics.update(module.final_metrics())
     if is_main_process():  # every DDP rank holds the same metrics: one writer
         write_json_atomic(run_dir / "metrics.json", metrics)
         print(json.dumps(metrics, indent=2, sort_keys=True))

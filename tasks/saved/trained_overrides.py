@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sesame.tasks.base.run_settings import TaskSettings, task_class
 from sesame.tasks.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,9 @@ log = logging.getLogger(__name__)
 FIXED_GROUPS = ("fusion", "pooling", "finetune", "compression")
 #: Groups a trained model's settings may be overridden in.
 OVERRIDABLE_GROUPS = ("encoder", "head", "data")
-#: Head settings that belong to the trained weights: ``head.crf`` adds transition weights, whose BIO
-#: constraints (``head.constrain_bio``) are saved with them; loss settings only act in training.
-FIXED_HEAD_KEYS = ("crf", "constrain_bio", "dropout", "class_weights", "label_smoothing")
-#: Data settings a trained model keeps whatever data it is evaluated on: they define its outputs.
-LABEL_KEYS = ("label_names", "tag_names", "multi_label", "label_separator", "regression", "metrics")
-#: Data settings that decide how a trained model's inputs are tokenised: the run's unless overridden by name.
-TOKENISATION_KEYS = ("max_seq_length", "doc_stride", "label_all_subwords")
+# Which head and data settings belong to a trained model is the task's to say: its head settings
+# class's ``weight_keys`` (tasks/base/run_settings.py HeadSettings), its data settings class's
+# ``output_keys`` and ``tokenisation_keys`` (tasks/inputs/data_settings.py DataSettings).
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:
@@ -52,11 +49,13 @@ def override_keys(overrides: Iterable[str]) -> list[str]:
     return keys
 
 
-def check_overridable(keys: Iterable[str], source: str | Path) -> None:
-    """Raise for keys that cannot apply to the trained model of ``source``."""
+def check_overridable(keys: Iterable[str], source: str | Path, weight_keys: Iterable[str] = ()) -> None:
+    """Raise for keys that cannot apply to the trained model of ``source``: a group that defines the
+    network, or one of its head's ``weight_keys`` (known once the trained config is read)."""
+    fixed_head = set(weight_keys)
     for key in keys:
         group, _, rest = key.partition(".")
-        if group in FIXED_GROUPS or (group == "head" and rest in FIXED_HEAD_KEYS):
+        if group in FIXED_GROUPS or (group == "head" and rest in fixed_head):
             raise ConfigError(
                 f"{key} cannot be overridden for the trained model {source}: its weights were trained with the "
                 f"{group} it was saved with. Fix: drop the override, or train a model with it (sesame-train {key}=...)"
@@ -116,15 +115,15 @@ def evaluation_data(trained: Any, command: Any, overrides: TrainedOverrides) -> 
     """The data settings a trained model (its ``settings.data``: ``trained``) is evaluated with on a command's
     data (the command's ``settings.data``: ``command``): ``({key: value} over the command's data block,
     what was chosen and why, one line a key)``. The training file never (``train_file: None``); what
-    defines the model's outputs (:data:`LABEL_KEYS`: GLUE label_names, NER tag_names, a table's kind of
-    task and metrics, the main metric being one of them) the model's; how its inputs are cut
-    (:data:`TOKENISATION_KEYS`) the model's too, unless the command names it."""
+    defines the model's outputs (its data settings class's ``output_keys``: a label or tag set, a table's
+    kind of task and metrics, the main metric being one of them) the model's; how its inputs are cut
+    (``tokenisation_keys``) the model's too, unless the command names it."""
     trained_keys = {f.name for f in dataclasses.fields(trained)}
     command_keys = {f.name for f in dataclasses.fields(command)}
     data: dict[str, Any] = {"train_file": None}
-    data.update({k: _plain(getattr(trained, k)) for k in LABEL_KEYS if k in trained_keys})
+    data.update({k: _plain(getattr(trained, k)) for k in type(trained).output_keys if k in trained_keys})
     said = []
-    for key in TOKENISATION_KEYS:
+    for key in type(trained).tokenisation_keys:
         if key not in trained_keys or key not in command_keys:
             continue
         if overrides.names(f"data.{key}"):
@@ -134,6 +133,12 @@ def evaluation_data(trained: Any, command: Any, overrides: TrainedOverrides) -> 
             data[key] = getattr(trained, key)
             said.append(f"data.{key}={getattr(trained, key)}, the model's own")
     return data, said
+
+
+def head_weight_keys(trained: Mapping[str, Any]) -> tuple[str, ...]:
+    """The head settings of the trained config's task that belong to its weights (``weight_keys``)."""
+    head = task_class(TaskSettings.from_config(trained["task"]), "head_settings")
+    return tuple(getattr(head, "weight_keys", ()))
 
 
 def _plain(value: Any) -> Any:
@@ -147,6 +152,7 @@ def apply_overrides(trained: Mapping[str, Any], overrides: Mapping[str, Any] | T
     A mapping is checked here (:meth:`TrainedOverrides.of_values`); a :class:`TrainedOverrides` was when made."""
     if not isinstance(overrides, TrainedOverrides):
         overrides = TrainedOverrides.of_values(overrides, source)
+    check_overridable(overrides.values, source, head_weight_keys(trained))
     cfg = OmegaConf.create(copy.deepcopy(dict(trained)))
     for key, value in overrides.values.items():
         group = key.split(".", 1)[0]
