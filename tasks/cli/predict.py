@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import sys
@@ -23,44 +24,54 @@ from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
 
 log = logging.getLogger(__name__)
 
-EPILOG = """\
+EPILOG_HEAD = """\
 MODEL is a run folder (its checkpoints/best.ckpt, else last.ckpt), a .ckpt file, or an ONNX export
 folder (sesame-export; holds model.onnx). INPUT is a file of JSON lines, or - / nothing for stdin.
 One JSON object comes out per input line, in input order; an input's "id" is copied to its output.
+"""
 
-question answering (task=squad_v1 / squad_v2): {"question", "context"[, "id"]}, contexts of any length
-  echo '{"id": "q1", "question": "Who won?", "context": "Marie Curie won the prize."}' \\
-    | sesame-predict outputs/squad_v1/<run>
-  -> {"id": "q1", "answer": "Marie Curie", "char_start": 0, "char_end": 11, "score": 9.1, "probability": 0.87}
-  sesame-predict outputs/squad_v2/<run> questions.jsonl -o answers.jsonl --n-best 5 \\
-    --set head.null_score_diff_threshold=1.5
-  (v2 adds "null_score_diff"; "answer" is "" when the question has no answer in the context)
-
-classification (task=glue / text_classification): {"text"[, "text_pair"]}
-  echo '{"text": "a gripping, funny film"}' | sesame-predict outputs/glue/<run>
-  -> {"label": "1", "probabilities": {"0": 0.08, "1": 0.92}}
-  echo '{"text": "a man sleeps", "text_pair": "a man is awake"}' | sesame-predict outputs/rte/<run>
-  (regression models, e.g. STS-B, give {"score": 3.8}; multi-label models {"labels": [...], "probabilities": {...}})
-
-named entities (task=ner): {"text"} raw text, or {"tokens": [...]} words split beforehand
-  echo '{"text": "Marie Curie lived in Paris."}' | sesame-predict outputs/ner/<run>
-  -> {"entities": [{"type": "person", "text": "Marie Curie", "char_start": 0, "char_end": 11, "score": 0.9}],
-      "tokens": ["Marie", "Curie", "lived", "in", "Paris", "."], "tags": ["B-person", "I-person", "O", ...]}
-  Raw text is split into words and punctuation (a word: letters/digits/_, also across an inner - or '),
-  then where the model's tokenizer splits (BERT's: each CJK character); give "tokens" to split it as
-  the training data was.
-
+EPILOG_FOOT = """\
 --set KEY=VALUE changes a decoding or data setting of the trained model (head.*, data.*, encoder.*;
 not those its weights depend on), e.g. --set head.max_answer_length=50 --set data.doc_stride=64.
 Exit status: 0 on success; 2 on bad input or settings (one line naming the input line and the fix).
 """
+
+#: The module-level string each task's predictor module (``task.predictor`` of ``conf/task/*.yaml``) gives its
+#: input and output in, with an example: read from the file, not imported (``--help`` loads no torch).
+TASK_HELP = "PREDICT_HELP"
+
+
+def task_help_sections() -> list[str]:
+    """Every task's ``PREDICT_HELP``, one per predictor module, in the order of the task confs' names."""
+    import ast
+    from importlib.resources import files
+
+    from omegaconf import OmegaConf
+
+    tasks_root = Path(importlib.import_module("sesame.tasks").__path__[0])
+    sections: dict[str, str] = {}
+    for conf in sorted((Path(str(files("sesame.conf"))) / "task").glob("*.yaml")):
+        module = str(OmegaConf.load(conf)["task"]["predictor"]).rsplit(".", 1)[0]
+        parts = module.split(".")
+        if module in sections or parts[:2] != ["sesame", "tasks"]:
+            continue
+        tree = ast.parse((tasks_root.joinpath(*parts[2:]).with_suffix(".py")).read_text(encoding="utf-8"))
+        sections[module] = next((node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                                 and any(getattr(t, "id", None) == TASK_HELP for t in node.targets)
+                                 and isinstance(node.value, ast.Constant)), f"(task {conf.stem}: no {TASK_HELP} in {module})")
+    return [text.strip("\n") for text in sections.values()]
+
+
+def epilog() -> str:
+    """``--help``'s text after the options: what MODEL and INPUT are, each task's inputs, the exit status."""
+    return "\n\n".join([EPILOG_HEAD.rstrip("\n"), *task_help_sections(), EPILOG_FOOT.rstrip("\n")]) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sesame-predict",
         description="Predict with a trained sesame model on raw input: JSON lines in, JSON lines out.",
-        epilog=EPILOG,
+        epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("model", metavar="MODEL", help="run folder, .ckpt file or ONNX export folder")

@@ -25,6 +25,15 @@ from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, string_field
 
+#: What ``sesame-predict --help`` says of this task (read from this file, not imported).
+PREDICT_HELP = """\
+classification (task=glue / text_classification): {"text"[, "text_pair"]}
+  echo '{"text": "a gripping, funny film"}' | sesame-predict outputs/glue/<run>
+  -> {"label": "1", "probabilities": {"0": 0.08, "1": 0.92}}
+  echo '{"text": "a man sleeps", "text_pair": "a man is awake"}' | sesame-predict outputs/rte/<run>
+  (regression models, e.g. STS-B, give {"score": 3.8}; multi-label models {"labels": [...], "probabilities": {...}})
+"""
+
 
 def encode_texts(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int) -> Any:
     """Texts (with their pairs as segment B, for a pair task) tokenised as training tokenises them

@@ -18,6 +18,15 @@ from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.multiple_choice.data import choice_collator, encode_questions
 from sesame.tasks.multiple_choice.readers import JSON_EXAMPLE, ChoiceQuestion, choice_question
 
+#: What ``sesame-predict --help`` says of this task (read from this file, not imported).
+PREDICT_HELP = """\
+multiple choice (task=multiple_choice): {"context", "endings": [...][, "question"]}
+  echo '{"context": "He turns the key.", "endings": ["The engine starts.", "The sea freezes."]}' \\
+    | sesame-predict outputs/multiple_choice/<run>
+  -> {"choice": 0, "ending": "The engine starts.", "probabilities": [0.93, 0.07]}
+  (each ending is read as the pair [context] [question ending]; questions may have any number of endings)
+"""
+
 
 class MultipleChoicePredictor(TaskPredictor):
     """The chosen ending, and every ending's probability, of each question."""

@@ -66,6 +66,18 @@ from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, finite, stri
 #: One grapheme cluster (``\X``) that begins with a letter, digit or underscore (not with a lone mark or
 #: an invisible joiner, which ``\w`` also matches).
 _WORD_CLUSTER = r"(?=\w)(?![\p{M}\p{Cf}])\X"
+
+#: What ``sesame-predict --help`` says of this task (read from this file, not imported).
+PREDICT_HELP = """\
+named entities (task=ner): {"text"} raw text, or {"tokens": [...]} words split beforehand
+  echo '{"text": "Marie Curie lived in Paris."}' | sesame-predict outputs/ner/<run>
+  -> {"entities": [{"type": "person", "text": "Marie Curie", "char_start": 0, "char_end": 11, "score": 0.9}],
+      "tokens": ["Marie", "Curie", "lived", "in", "Paris", "."], "tags": ["B-person", "I-person", "O", ...]}
+  Raw text is split into words and punctuation (a word: letters/digits/_, also across an inner - or '),
+  then where the model's tokenizer splits (BERT's: each CJK character); give "tokens" to split it as
+  the training data was.
+"""
+
 #: How raw text is split into words (step 1 of the module docstring); each match is one word: word
 #: clusters joined over a hyphen or apostrophe, or one visible cluster of anything else.
 WORD_PATTERN = regex.compile(

@@ -35,6 +35,17 @@ from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, finite, stri
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
 from sesame.tasks.qa.windows import check_question_lengths, encode_windows, window_collator
 
+#: What ``sesame-predict --help`` says of this task (read from this file, not imported).
+PREDICT_HELP = """\
+question answering (task=squad_v1 / squad_v2): {"question", "context"[, "id"]}, contexts of any length
+  echo '{"id": "q1", "question": "Who won?", "context": "Marie Curie won the prize."}' \\
+    | sesame-predict outputs/squad_v1/<run>
+  -> {"id": "q1", "answer": "Marie Curie", "char_start": 0, "char_end": 11, "score": 9.1, "probability": 0.87}
+  sesame-predict outputs/squad_v2/<run> questions.jsonl -o answers.jsonl --n-best 5 \\
+    --set head.null_score_diff_threshold=1.5
+  (v2 adds "null_score_diff"; "answer" is "" when the question has no answer in the context)
+"""
+
 #: What the QA module's forward reads: the encoder's inputs and the context mask.
 MODEL_INPUTS = (*ENCODER_INPUT_KEYS, "context_mask")
 

@@ -41,8 +41,12 @@ def _lines(text: str) -> list[dict]:
 def test_help_shows_an_example_for_each_task():
     out = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.predict", "--help"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("usage: sesame-predict")
-    for text in ('"question"', '"context"', '"text_pair"', '"tokens"', "--n-best", "--set head.", "stdin", "ONNX"):
+    for text in ('"question"', '"context"', '"text_pair"', '"tokens"', '"endings"', "--n-best", "--set head.", "stdin", "ONNX"):
         assert text in out, text
+    # Each task's section comes from its own predictor module (PREDICT_HELP), found through conf/task/*.yaml.
+    for conf in (Path(__file__).resolve().parents[3] / "conf" / "task").glob("*.yaml"):
+        assert f"task={conf.stem}" in out or f"/ {conf.stem}" in out, f"sesame-predict --help has nothing on task={conf.stem}"
+    assert "no PREDICT_HELP" not in out
 
 
 def test_stdin_to_stdout(sst2_run, monkeypatch, capsys):
