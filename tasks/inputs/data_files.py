@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 from pathlib import Path
 
@@ -20,12 +21,37 @@ def check_data_file(path: str | Path, key: str) -> Path:
                                + _data_dir_hint(path, key))
     if path.stat().st_size == 0:
         raise DataError(f"{path}: the file is empty (data.{key})")
+    check_utf8(path, key)
     return path
+
+
+def check_utf8(path: Path, key: str, chunk: int = 1 << 20) -> None:
+    """A :class:`DataError` naming the line and column of the first byte of ``path`` that is not UTF-8
+    (every reader decodes UTF-8; a file saved as Latin-1 or UTF-16 would otherwise fail deep inside one)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, done = 1, 0
+    with path.open("rb") as handle:
+        while True:
+            data = handle.read(chunk)
+            try:
+                decoder.decode(data, final=not data)
+            except UnicodeDecodeError as err:
+                bad = done + err.start - len(decoder.getstate()[0])  # bytes held back from the last chunk come first
+                with path.open("rb") as again:
+                    before = again.read(max(bad, 0))
+                line = before.count(b"\n") + 1
+                column = len(before) - (before.rfind(b"\n") + 1) + 1
+                raise DataError(f"{path}:{line}: byte 0x{err.object[err.start]:02x} at column {column} is not UTF-8 text "
+                                f"(data.{key}). Fix: save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+            if not data:
+                return
+            done += len(data)
 
 
 def _data_dir_hint(path: Path, key: str) -> str:
     """What to fix when ``path`` lies under ``$SESAME_DATA_DIR`` (a full-data preset, ``${data_dir:...}``
-    in ``conf/data/``): where that folder is now, and that the README's "Data" section lists the layout."""
+    in ``conf/data/``): where that folder is now, and that the documentation's "Data" section
+    (``docs/configuration.md``) lists the layout."""
     root = Path(data_dir_path()).expanduser().absolute()
     try:
         relative = path.absolute().relative_to(root)
@@ -34,5 +60,5 @@ def _data_dir_hint(path: Path, key: str) -> str:
     source = (f"set to {os.environ[DATA_DIR_ENV]}" if DATA_DIR_ENV in os.environ
               else f"not set: the default {DEFAULT_DATA_DIR}, from {Path.cwd()}")
     return (f". This data preset reads files under ${DATA_DIR_ENV} ({source}). Fix: put {relative.as_posix()} "
-            f"there, or set {DATA_DIR_ENV} to the folder that holds {relative.parts[0]}/ (README.md, section "
-            f"'Data', lists the files each preset expects), or set data.{key} to your copy")
+            f"there, or set {DATA_DIR_ENV} to the folder that holds {relative.parts[0]}/ (docs/configuration.md, "
+            f"section 'Data', lists the files each preset expects), or set data.{key} to your copy")
