@@ -75,6 +75,12 @@ class EncoderTaskNetwork(nn.Module):
     #: sentence classification, multiple choice. Per-token heads (QA, tagging) leave it False.
     pools_sequences: ClassVar[bool] = False
 
+    def output_contract(self) -> dict[str, Any]:
+        """What the network's outputs mean, as plain data: two networks whose contracts differ score
+        different things (a distillation teacher and its student must agree). Default: nothing beyond
+        the task; a task adds its label or tag set, its kind of answers."""
+        return {}
+
     def reads_encoder_pooler(self) -> bool:
         """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
         then drops the encoder's pooler itself (:meth:`build_pooling`). Every other network drops it at once."""

@@ -175,12 +175,10 @@ def check_compatible(teacher: EncoderTaskModule, student: EncoderTaskModule) -> 
     if t_vocab != s_vocab:
         raise ConfigError(f"teacher vocabulary {t_vocab} != student vocabulary {s_vocab}: the teacher reads the "
                          "student's token ids, so both need the same tokenizer")
-    for attr in ("label_names", "tag_names", "version_2"):
-        t, s = getattr(teacher, attr, None), getattr(student, attr, None)
-        if t is not None and s is not None and (list(t) if isinstance(t, (list, tuple)) else t) != (
-            list(s) if isinstance(s, (list, tuple)) else s
-        ):
-            raise ConfigError(f"teacher and student differ in {attr}: {t} vs {s}")
+    t_outputs, s_outputs = teacher.output_contract(), student.output_contract()
+    for name in sorted(t_outputs.keys() & s_outputs.keys()):
+        if t_outputs[name] != s_outputs[name]:
+            raise ConfigError(f"teacher and student differ in {name}: {t_outputs[name]} vs {s_outputs[name]}")
 
 
 class Distiller:

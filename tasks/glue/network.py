@@ -81,6 +81,9 @@ class SentenceClassificationNetwork(EncoderTaskNetwork):
         """Load the ``classifier.*`` weights of a Hugging Face ``...ForSequenceClassification`` folder."""
         load_prefixed_weights(self.head.classifier, folder, "classifier.")
 
+    def output_contract(self) -> dict[str, Any]:
+        return {"label_names": self.label_names, "multi_label": self.multi_label}
+
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Logits [B, num_labels] ([B, 1] for regression; multi-label: one independent logit per label);
         single-label classification logits are divided by the calibrated temperature (1 unless fitted)."""

@@ -72,6 +72,9 @@ class NerNetwork(EncoderTaskNetwork):
             self.head.classifier.weight.copy_(classifier.weight[order])
             self.head.classifier.bias.copy_(classifier.bias[order])
 
+    def output_contract(self) -> dict[str, Any]:
+        return {"tag_names": list(self.tag_names)}
+
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Tag logits [B, T, num_tags]."""
         return self.head(self.encode(batch))

@@ -34,6 +34,9 @@ class SquadNetwork(EncoderTaskNetwork):
         (same name and shape as ``SpanPointerHead.qa_outputs``); sesame-eval calls it for HF folders."""
         load_prefixed_weights(self.head.qa_outputs, folder, "qa_outputs.")
 
+    def output_contract(self) -> dict[str, Any]:
+        return {"version_2_with_negative": self.version_2}
+
     def forward(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(start_logits, end_logits)``, each [B, T], masked outside the context."""
         return self.head(self.encode(batch), batch["context_mask"])

@@ -213,3 +213,19 @@ def test_a_distillation_run_end_to_end_with_the_logit_cache(make_cfg, teachers, 
     finally:
         shutil.move(tmp_path / "teacher_moved", teacher_run)
     assert got["val_accuracy"] == plain["val_accuracy"]
+
+
+@pytest.mark.parametrize("teacher, student, differ", [
+    (["task=ner", "data.tag_names=[O,B-X,I-X]"], ["task=ner", "data.tag_names=[O,B-Y,I-Y]"], "tag_names"),
+    (["task=squad_v1"], ["task=squad_v2"], "version_2_with_negative"),
+    (["data.label_names=[a,b]"], ["data.label_names=[b,a]"], "label_names"),
+])
+def test_a_teacher_whose_outputs_mean_something_else_is_refused(make_cfg, teacher, student, differ):
+    """What must agree is each task's output contract (tasks/<task>/network.py), not a list in distill.py."""
+    from sesame.tasks.compression.distill import check_compatible
+    from sesame.tasks.saved.checkpoints import build_module
+
+    built_teacher, built_student = build_module(make_cfg(*teacher)), build_module(make_cfg(*student))
+    with pytest.raises(ConfigError, match=f"teacher and student differ in {differ}"):
+        check_compatible(built_teacher, built_student)
+    check_compatible(built_teacher, build_module(make_cfg(*teacher)))  # the same contract: accepted
