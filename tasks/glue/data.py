@@ -48,7 +48,6 @@ class SentenceDataModule(SplitDataModule):
     def __init__(self, settings: Any, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
         super().__init__(settings, tokenizer, seed)
         self.spec = settings.task_spec()
-        self.splits: dict[str, datasets.Dataset] = {}
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.collator = PaddingCollator({"input_ids": pad_id})
 
@@ -110,17 +109,6 @@ class SentenceDataModule(SplitDataModule):
         if self.spec.multi_label:  # [N, C] multi-hot
             return labels.reshape(-1, num_labels).sum(axis=0).astype(np.int64), int(labels.shape[0])
         return np.bincount(labels.astype(np.int64), minlength=num_labels), int(labels.shape[0])
-
-    def dataset(self, split: str) -> datasets.Dataset:
-        if split not in self.splits:
-            raise ConfigError(f"no {split} data: set data.{split}_file")
-        return self.splits[split]
-
-    def has_split(self, split: str) -> bool:
-        return split in self.splits
-
-    def eval_units(self, split: str) -> np.ndarray:
-        return np.asarray(self.dataset(split)["index"], dtype=np.int64)  # one row per example
 
     def val_dataloader(self) -> Any:
         """The dev set, and for MNLI the mismatched dev set as a second loader (dataloader_idx 1)."""

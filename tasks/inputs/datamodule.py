@@ -22,8 +22,9 @@ from sesame.tasks.inputs.data_settings import DataSettings
 class SplitDataModule(L.LightningDataModule):
     """A data module whose splits are ``train``, ``validation`` and ``test``.
 
-    Subclasses take their task's :class:`DataSettings`, set ``self.collator`` (a ``PaddingCollator``), and implement ``dataset(split)``
-    and ``has_split(split)``. ``resume_at`` is set by
+    Subclasses take their task's :class:`DataSettings`, set ``self.collator`` (a ``PaddingCollator``) and fill
+    ``self.splits`` (split name -> dataset) in ``setup``, or implement ``dataset(split)`` and ``has_split(split)``
+    themselves; ``eval_units`` defaults to one row per example (the dataset's ``index`` column). ``resume_at`` is set by
     ``tasks/runs/checkpoint_callbacks.py`` ``TrainingResumeCallback`` when a run resumes mid-epoch.
     """
 
@@ -36,12 +37,15 @@ class SplitDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.seed = int(seed)
         self.collator: Any = None
+        self.splits: dict[str, Dataset] = {}
 
     def dataset(self, split: str) -> Dataset:
-        raise NotImplementedError
+        if split not in self.splits:
+            raise ConfigError(f"no {split} data: set data.{split}_file")
+        return self.splits[split]
 
     def has_split(self, split: str) -> bool:
-        raise NotImplementedError
+        return split in self.splits
 
     def config_updates(self) -> dict[str, Any]:
         """What the module must learn from the data (label or tag sets), merged into the saved config."""
@@ -49,8 +53,9 @@ class SplitDataModule(L.LightningDataModule):
 
     def eval_units(self, split: str) -> np.ndarray:
         """[R] for every row an evaluation of ``split`` yields (one per example, word or window), the
-        example it belongs to; the module scores an example only once all its rows were evaluated."""
-        raise NotImplementedError
+        example it belongs to; the module scores an example only once all its rows were evaluated.
+        Default: one row per example, its ``index`` column."""
+        return np.asarray(self.dataset(split)["index"], dtype=np.int64)
 
     def example_lengths(self, split: str) -> list[int]:
         """Tokens per example of ``split`` once padded (:func:`example_size`), for length-sorted

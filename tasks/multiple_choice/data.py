@@ -3,7 +3,7 @@
 Each ending is tokenised as a pair: segment A the context, segment B the question's start and the
 ending (``"sent2 ending"``, SWAG's convention and transformers' ``run_swag.py``'s), truncated to
 ``data.max_seq_length`` tokens. Rows are ``index, input_ids, attention_mask[, token_type_ids], labels``
-with the encoder's fields [G][T_g]: the collator pads them to [B, G_max, T_max]
+with the encoder's fields ``[G][T_g]``: the collator pads them to [B, G_max, T_max]
 (``tasks/inputs/batching.py``), and the encoder reads [B * G, T] (``encoder_inputs``).
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.core.errors import ConfigError
@@ -55,7 +54,6 @@ class MultipleChoiceDataModule(SplitDataModule):
     def __init__(self, settings: MultipleChoiceDataSettings, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
         super().__init__(settings, tokenizer, seed)
         check_max_seq_length(settings.max_seq_length, tokenizer, pair=True)
-        self.splits: dict[str, datasets.Dataset] = {}
         self.collator = choice_collator(tokenizer)
 
     def setup(self, stage: str | None = None) -> None:
@@ -82,13 +80,3 @@ class MultipleChoiceDataModule(SplitDataModule):
         rows["labels"] = [q.label for q in questions]
         return datasets.Dataset.from_dict(rows)
 
-    def dataset(self, split: str) -> datasets.Dataset:
-        if split not in self.splits:
-            raise ConfigError(f"no {split} data: set data.{split}_file")
-        return self.splits[split]
-
-    def has_split(self, split: str) -> bool:
-        return split in self.splits
-
-    def eval_units(self, split: str) -> np.ndarray:
-        return np.asarray(self.dataset(split)["index"], dtype=np.int64)  # one row per question

@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.inputs.datamodule import SplitDataModule
-from sesame.tasks.core.errors import ConfigError, DataError
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.ner.readers import NerExamples, check_tag, read_examples
 from sesame.tasks.ner.tags import apply_tag_scheme, build_tag_set, encode_tags
 from sesame.tasks.ner.windows import tagging_collator, tokenize_examples
@@ -52,7 +51,6 @@ class NerDataModule(SplitDataModule):
         super().__init__(settings, tokenizer, seed)
         self.tag_names: list[str] = []
         self.examples: dict[str, NerExamples] = {}
-        self.splits: dict[str, datasets.Dataset] = {}
         self.collator = tagging_collator(tokenizer)
 
     def _read(self, key: str) -> NerExamples:
@@ -81,15 +79,7 @@ class NerDataModule(SplitDataModule):
         """What the module must know from the data: the tag set (saved with the checkpoint)."""
         return {"data": {"tag_names": list(self.tag_names)}}
 
-    def has_split(self, split: str) -> bool:
-        return split in self.splits
-
     def eval_units(self, split: str) -> np.ndarray:
         """One row per word: the sentence of each word."""
         lengths = [len(t) for t in self.examples[split].tokens]
         return np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-
-    def dataset(self, split: str) -> datasets.Dataset:
-        if split not in self.splits:
-            raise DataError(f"no {split} data: set data.{split}_file")
-        return self.splits[split]

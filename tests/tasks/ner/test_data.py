@@ -94,7 +94,7 @@ def test_datamodule_on_shipped_wnut(datamodule, tokenizer) -> None:
     assert (batch["input_ids"][pad] == tokenizer.pad_token_id).all()
     # Dynamic padding: the batch is as long as its longest row, not max_seq_length.
     assert batch["attention_mask"].sum(1).max() == batch["input_ids"].shape[1]
-    with pytest.raises(DataError, match=r"no test data: set data\.test_file"):
+    with pytest.raises(ConfigError, match=r"no test data: set data\.test_file"):
         dm.test_dataloader()
     # The eval loader covers every word of every validation sentence once.
     ex, words, vals = [], [], []
