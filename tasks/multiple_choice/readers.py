@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sesame.tasks.base.predictor import string_field
 from sesame.tasks.core.errors import DataError
 from sesame.tasks.inputs.data_files import check_data_file
 
@@ -73,15 +74,8 @@ def _label(value: Any, count: int, where: str, fix: str) -> int | None:
 
 
 def _text(value: Any, field: str, where: str, fix: str, required: bool = True) -> str:
-    if value is None:
-        if required:
-            raise DataError(f"{where}: no {field!r} field. Fix: {fix}")
-        return ""
-    if not isinstance(value, str):
-        raise DataError(f"{where}: {field!r} must be a string, got {type(value).__name__} {value!r:.60}. Fix: {fix}")
-    if required and not value.strip():
-        raise DataError(f"{where}: {field!r} is empty. Fix: {fix}")
-    return value.strip()
+    """``value`` as stripped text, checked by the rule every task's input follows (``string_field``)."""
+    return (string_field({field: value}, field, where, fix, required=required) or "").strip()
 
 
 def _read_swag_csv(path: Path) -> list[ChoiceQuestion]:
