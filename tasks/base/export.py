@@ -11,7 +11,7 @@ its module::
     keep = export.compared_positions(output, batch)   # where an output carries a value
 
 The ONNX runner builds it from the export folder's settings alone (no module): it then reads the
-task's extra files back (:meth:`TaskExport.label_thresholds`, :meth:`TaskExport.decode_tags`).
+task's extra files back (:meth:`TaskExport.decoding_state`).
 
 Shapes: B batch rows, T tokens (padded), C labels / tags. Outputs are the module's ``forward(batch)``
 as a tuple (:attr:`TaskExport.output_names`, in that order).
@@ -184,16 +184,11 @@ class TaskExport:
         a CRF's transition scores, decision thresholds); their names, in order. Default: none."""
         return []
 
-    def label_thresholds(self, folder: Path) -> torch.Tensor | None:
-        """Multi-label classification: the per-label decision thresholds [C] of an export folder (a
-        label applies where its sigmoid probability reaches its threshold); None otherwise."""
-        return None
-
-    def decode_tags(self, folder: Path, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Tagging: the head's decoding of ``logits`` [B, T, C] at the positions of ``mask`` [B, T]
-        (argmax, or the CRF's Viterbi with the export folder's scores): tag ids [B, T], -100 outside
-        ``mask``. Other tasks have none (a :class:`ConfigError`)."""
-        raise ConfigError(f"{folder} is a {self.settings.task.name} model: it has no tag decoding")
+    def decoding_state(self, folder: Path) -> dict[str, torch.Tensor]:
+        """What an export folder holds beside its graph that decoding reads (:meth:`write_files`' values:
+        decision thresholds, a CRF's scores), as the trained network's ``decoding_state`` gives them.
+        Default: nothing."""
+        return {}
 
     # The model card ------------------------------------------------------------------------------
     def title(self) -> str:

@@ -62,13 +62,11 @@ class ModelRunner(Protocol):
         """
         ...
 
-    def decode_tags(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """NER only: the head's decoding of ``logits`` [B, T, C] at the positions of ``mask`` [B, T]
-        (argmax, or CRF Viterbi over them): tag ids [B, T], -100 outside ``mask``."""
+    def head_state(self) -> dict[str, torch.Tensor]:
+        """What the trained head holds beyond the outputs that the task's decoding reads (a multi-label
+        model's decision thresholds, a CRF's transition scores: the network's ``decoding_state``); empty
+        where there is none."""
         ...
-
-    # A runner of a multi-label classifier (``data.multi_label=true``) also has ``label_thresholds() ->
-    # Tensor [C]`` (see TorchRunner); it is not part of the protocol, which every runner must meet.
 
 
 def finite(value: float | None) -> float | None:

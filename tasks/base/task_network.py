@@ -75,6 +75,12 @@ class EncoderTaskNetwork(nn.Module):
     #: sentence classification, multiple choice. Per-token heads (QA, tagging) leave it False.
     pools_sequences: ClassVar[bool] = False
 
+    def decoding_state(self) -> dict[str, torch.Tensor]:
+        """What the trained head holds beyond the network's outputs that decoding them reads (a multi-label
+        model's decision thresholds, a CRF's transition scores), float32 on the CPU; what an ONNX export
+        writes beside its graph. Default: nothing."""
+        return {}
+
     def output_contract(self) -> dict[str, Any]:
         """What the network's outputs mean, as plain data: two networks whose contracts differ score
         different things (a distillation teacher and its student must agree). Default: nothing beyond

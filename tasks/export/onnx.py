@@ -7,7 +7,7 @@ and for QA the masking of positions outside the context. Inputs ``input_ids``, `
 (``TaskExport.output_names``: ``logits`` [B, C] classification, [B, T, C] tagging; ``start_logits`` /
 ``end_logits`` [B, T]). Batch and length axes are dynamic. What the graph does not hold the task
 writes next to it (``TaskExport.write_files``): a CRF's transition scores (``crf.safetensors``, whose
-Viterbi decoding ``OnnxRunner.decode_tags`` runs with sesame's own decoder), multi-label decision
+Viterbi decoding the NER predictor runs with sesame's own decoder, ``OnnxRunner.head_state``), multi-label decision
 thresholds (``thresholds.json``).
 
 The export is checked before the folder appears: onnxruntime's outputs on probe batches of other

@@ -180,20 +180,21 @@ class ClassificationExport(TaskExport):
 
     # ONNX ----------------------------------------------------------------------------------------
     def write_files(self, folder: Path) -> list[str]:
-        """Multi-label: ``thresholds.json``, the decisions tuned in training (:meth:`label_thresholds`)."""
+        """Multi-label: ``thresholds.json``, the decisions tuned in training (:meth:`decoding_state`)."""
         thresholds = self.decision_thresholds()
         if thresholds is None:
             return []
         (Path(folder) / THRESHOLDS_FILE).write_text(json.dumps(thresholds, indent=2) + "\n", encoding="utf-8")
         return [THRESHOLDS_FILE]
 
-    def label_thresholds(self, folder: Path) -> torch.Tensor | None:
-        """The thresholds of ``thresholds.json`` [C], in the order of ``data.label_names``; None without the file."""
+    def decoding_state(self, folder: Path) -> dict[str, torch.Tensor]:
+        """Multi-label: ``{"thresholds": [C]}`` from ``thresholds.json``, in the order of ``data.label_names``."""
         path = Path(folder) / THRESHOLDS_FILE
         if not path.is_file():
-            return None
+            return {}
         by_label = json.loads(path.read_text(encoding="utf-8"))
-        return torch.tensor([float(by_label[str(n)]) for n in self.settings.data.label_names], dtype=torch.float32)
+        return {"thresholds": torch.tensor([float(by_label[str(n)]) for n in self.settings.data.label_names],
+                                           dtype=torch.float32)}
 
     # The model card ------------------------------------------------------------------------------
     def title(self) -> str:

@@ -81,6 +81,11 @@ class SentenceClassificationNetwork(EncoderTaskNetwork):
         """Load the ``classifier.*`` weights of a Hugging Face ``...ForSequenceClassification`` folder."""
         load_prefixed_weights(self.head.classifier, folder, "classifier.")
 
+    def decoding_state(self) -> dict[str, torch.Tensor]:
+        """Multi-label: ``{"thresholds": [C]}``, each label's decision threshold; else nothing."""
+        thresholds = self.thresholds
+        return {} if thresholds is None else {"thresholds": thresholds.detach().float().cpu()}
+
     def output_contract(self) -> dict[str, Any]:
         return {"label_names": self.label_names, "multi_label": self.multi_label}
 

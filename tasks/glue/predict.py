@@ -56,8 +56,7 @@ class ClassificationPredictor(TaskPredictor):
         self.multi_label = bool(getattr(spec, "multi_label", False))
         self.thresholds: torch.Tensor | None = None
         if self.multi_label:
-            thresholds = getattr(runner, "label_thresholds", None)
-            self.thresholds = thresholds() if thresholds is not None else None
+            self.thresholds = runner.head_state().get("thresholds")
             if self.thresholds is None:
                 raise ConfigError(f"a multi-label model needs its per-label thresholds, which {type(runner).__name__} "
                                   "does not give. Fix: predict with the run folder or its .ckpt")

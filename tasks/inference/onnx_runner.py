@@ -7,7 +7,7 @@
     runner.settings.data.max_seq_length # its typed view (RunSettings): read settings there
     tokenizer = runner.tokenizer()      # the tokenizer saved in the folder
     logits = runner(batch)              # what the sesame module's forward(batch) returns, float32 CPU
-    tags = runner.decode_tags(logits, batch["word_index"] >= 0)   # NER: argmax or CRF Viterbi
+    state = runner.head_state()   # what decoding reads beside the logits: NER's CRF scores, multi-label thresholds
 
 Overrides apply as on a trained run (``tasks/saved/trained_overrides.py``): ``head.*`` (decoding) and
 ``data.*`` (how inputs are windowed) settings; of ``encoder.*`` only ``encoder.tokenizer``, since the
@@ -103,13 +103,7 @@ class OnnxRunner:
         masked outside the context as ``SpanPointerHead`` masks them. Other batch keys are ignored."""
         return self.task_export.forward_output(run_session(self.session, batch))
 
-    def label_thresholds(self) -> torch.Tensor | None:
-        """Multi-label classification: the per-label decision thresholds [C] on the sigmoid
-        probabilities, as the trained module's ``thresholds`` (``thresholds.json``); else None."""
-        return self.task_export.label_thresholds(self.folder)
-
-    def decode_tags(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """NER: tag ids [B, T] at the positions of ``mask`` (-100 elsewhere): argmax, or the CRF's
-        Viterbi with the trained transition scores (``heads/tagger.py``'s ``TokenTaggerHead.decode``,
-        the scores from ``crf.safetensors``); a :class:`ConfigError` for a model of another task."""
-        return self.task_export.decode_tags(self.folder, logits, mask)
+    def head_state(self) -> dict[str, torch.Tensor]:
+        """The trained head's decoding values the export wrote beside its graph (``thresholds.json``,
+        ``crf.safetensors``: ``TaskExport.decoding_state``), as the run's ``decoding_state`` gives them."""
+        return self.task_export.decoding_state(self.folder)

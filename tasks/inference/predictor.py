@@ -68,18 +68,9 @@ class TorchRunner:
             return tuple(o.float() for o in out)
         return out.float()
 
-    def label_thresholds(self) -> torch.Tensor | None:
-        """Multi-label classification: the per-label decision thresholds [C] saved with the model
-        (a label applies where its sigmoid probability reaches its threshold); None for other models."""
-        thresholds = getattr(self.module, "thresholds", None)
-        return None if thresholds is None else thresholds.detach().float().cpu()
-
-    def decode_tags(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        head = getattr(self.module, "head", None)
-        if head is None or not hasattr(head, "decode"):
-            raise ConfigError(f"{self.trained.checkpoint} is a {self.settings.task.name} model: it has no tag decoding")
-        with torch.inference_mode():
-            return head.decode(logits, mask)
+    def head_state(self) -> dict[str, torch.Tensor]:
+        """The trained head's decoding values (``decoding_state``: thresholds, CRF scores)."""
+        return self.module.decoding_state()
 
 
 def is_onnx_folder(path: str | Path) -> bool:

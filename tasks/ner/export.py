@@ -18,15 +18,13 @@ from typing import Any
 
 import torch
 
-from sesame.heads.tagger import TokenTaggerHead
 from sesame.tasks.base.export import TaskExport
 from sesame.tasks.core.errors import MissingFileError
+from sesame.tasks.ner.network import CRF_PARAMETERS
 from sesame.tasks.ner.windows import WindowTokenizer, tagging_collator
 
 #: An ONNX folder's CRF transition scores (safetensors).
 CRF_FILE = "crf.safetensors"
-#: The CRF's learned scores (its BIO masks follow from the tag names and ``head.constrain_bio``).
-CRF_PARAMETERS = ("start_transitions", "end_transitions", "transitions")
 #: Probe inputs: sentences as word lists.
 PROBES = (
     ["marie", "curie", "lived", "in", "paris", "."],
@@ -45,10 +43,6 @@ class TaggingExport(TaskExport):
     hf_output_layer = "classifier"
     per_token_outputs = True
     example = {"text": "Marie Curie lived in Paris ."}
-
-    def __init__(self, settings: Any, module: Any = None) -> None:
-        super().__init__(settings, module)
-        self._head: TokenTaggerHead | None = None
 
     def probe_batch(self, tokenizer: Any, rows: Sequence[int]) -> dict[str, torch.Tensor]:
         """Each probe sentence's first window of whole words (a window is the whole of these short ones)."""
@@ -89,43 +83,28 @@ class TaggingExport(TaskExport):
     # ONNX ----------------------------------------------------------------------------------------
     def write_files(self, folder: Path) -> list[str]:
         """With a CRF: ``crf.safetensors``, its learned transition scores (:data:`CRF_PARAMETERS`)."""
-        crf = self.trained_module.head.crf
-        if crf is None:
+        state = self.trained_module.decoding_state()
+        if not state:
             return []
         from safetensors.torch import save_file
 
-        save_file({name: getattr(crf, name).detach().float().contiguous().clone() for name in CRF_PARAMETERS},
-                  str(Path(folder) / CRF_FILE))
+        save_file({k: v.contiguous() for k, v in state.items()}, str(Path(folder) / CRF_FILE))
         return [CRF_FILE]
 
-    def decode_tags(self, folder: Path, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            return self.tag_head(folder).decode(logits.float(), mask)
+    def decoding_state(self, folder: Path) -> dict[str, torch.Tensor]:
+        """With a CRF: its scores from ``crf.safetensors`` (a :class:`MissingFileError` where they are not there)."""
+        if not bool(self.settings.head.crf):
+            return {}
+        path = Path(folder) / CRF_FILE
+        if not path.is_file():
+            raise MissingFileError(f"{folder}: head.crf=true but no {CRF_FILE} (the CRF's transition scores)")
+        from safetensors.torch import load_file
 
-    def tag_head(self, folder: Path) -> TokenTaggerHead:
-        """sesame's tagging head for decoding an export folder's logits (made once): no classifier of its
-        own (the graph has it), the CRF's trained scores from ``crf.safetensors``, its BIO constraints
-        from the (overridden) settings."""
-        if self._head is None:
-            tags = [str(t) for t in self.settings.data.tag_names]
-            crf = bool(self.settings.head.crf)
-            head = TokenTaggerHead(1, len(tags), dropout=0.0, crf=crf, tag_names=tags,
-                                   constrain_bio=bool(self.settings.head.constrain_bio))
-            if crf:
-                path = Path(folder) / CRF_FILE
-                if not path.is_file():
-                    raise MissingFileError(f"{folder}: head.crf=true but no {CRF_FILE} (the CRF's transition scores)")
-                from safetensors.torch import load_file
-
-                scores = load_file(str(path))
-                absent = [n for n in CRF_PARAMETERS if n not in scores]
-                if absent:
-                    raise MissingFileError(f"{path}: no {', '.join(absent)}")
-                with torch.no_grad():
-                    for name in CRF_PARAMETERS:
-                        getattr(head.crf, name).copy_(scores[name])
-            self._head = head.eval()
-        return self._head
+        scores = load_file(str(path))
+        absent = [n for n in CRF_PARAMETERS if n not in scores]
+        if absent:
+            raise MissingFileError(f"{path}: no {', '.join(absent)}")
+        return scores
 
     # The model card ------------------------------------------------------------------------------
     def label_row(self) -> tuple[str, Any]:

@@ -3,7 +3,7 @@ CRF) (plain torch; ``tasks/ner/module.py`` trains and evaluates it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from sesame.heads.tagger import TokenTaggerHead
 from sesame.tasks.base.task_network import EncoderTaskNetwork
-from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.hf_weights import load_prefixed_weights
 from sesame.tasks.ner.settings import NerDataSettings, TaggerHeadSettings
@@ -25,6 +25,27 @@ def training_tag_names(data: NerDataSettings) -> list[str]:
 
     return load_tag_names(data)
 
+
+
+#: The CRF's learned scores: what decoding reads besides the logits (``decoding_state``; an ONNX export's
+#: ``crf.safetensors``).
+CRF_PARAMETERS = ("start_transitions", "end_transitions", "transitions")
+
+
+def tag_decoder(tag_names: Sequence[str], crf: bool, constrain_bio: bool, state: Mapping[str, torch.Tensor],
+                source: str = "the model") -> TokenTaggerHead:
+    """sesame's tagging head as a decoder of logits [B, T, C] (no classifier of its own: the network
+    or graph has it): argmax, or the CRF's Viterbi with the trained scores of ``state``
+    (``decoding_state``, from a run or from ``source``'s export folder), BIO-constrained as trained."""
+    head = TokenTaggerHead(1, len(tag_names), dropout=0.0, crf=crf, tag_names=list(tag_names), constrain_bio=constrain_bio)
+    if crf:
+        absent = [name for name in CRF_PARAMETERS if name not in state]
+        if absent:
+            raise MissingFileError(f"{source}: head.crf=true but no CRF scores {', '.join(absent)}")
+        with torch.no_grad():
+            for name in CRF_PARAMETERS:
+                getattr(head.crf, name).copy_(state[name])
+    return head.eval()
 
 class NerNetwork(EncoderTaskNetwork):
     """``forward(batch) -> logits [B, T, num_tags]``.
@@ -71,6 +92,13 @@ class NerNetwork(EncoderTaskNetwork):
         with torch.no_grad():
             self.head.classifier.weight.copy_(classifier.weight[order])
             self.head.classifier.bias.copy_(classifier.bias[order])
+
+    def decoding_state(self) -> dict[str, torch.Tensor]:
+        """With a CRF: its transition scores (:data:`CRF_PARAMETERS`), which Viterbi decoding reads."""
+        crf = self.head.crf
+        if crf is None:
+            return {}
+        return {name: getattr(crf, name).detach().float().cpu().clone() for name in CRF_PARAMETERS}
 
     def output_contract(self) -> dict[str, Any]:
         return {"tag_names": list(self.tag_names)}

@@ -60,6 +60,7 @@ from sesame.tasks.encoders.families import pre_token_spans
 from sesame.tasks.core.errors import DataError
 from sesame.tasks.core.graphemes import cluster_bounds
 from sesame.tasks.ner.metrics import get_entities
+from sesame.tasks.ner.network import tag_decoder
 from sesame.tasks.ner.windows import WindowTokenizer, stitch_words, tagging_collator
 from sesame.tasks.base.predictor import ModelRunner, TaskPredictor, finite, string_field
 
@@ -168,6 +169,10 @@ class TaggingPredictor(TaskPredictor):
         self.entity_mode = self.settings.task.entity_metric
         self.windows = WindowTokenizer(self.tokenizer, self.max_seq_length, data.label_all_subwords)
         self.collator = tagging_collator(self.tokenizer)
+        head = self.settings.head
+        # The same decoder for a run and an ONNX export: the trained CRF scores come from either.
+        self.decoder = tag_decoder(list(self.tag_names), bool(head.crf), bool(head.constrain_bio), runner.head_state(),
+                                   source=str(getattr(runner, "folder", "the model")))
 
     def prepare(self, record: Mapping[str, Any], where: str) -> Sentence:
         fix = 'give each input as {"text": "raw text"} or {"tokens": ["pre", "split", "words"]}'
@@ -200,7 +205,8 @@ class TaggingPredictor(TaskPredictor):
         parts = []
         for _, batch, logits in self.run_sorted(features, self.collator, ENCODER_INPUT_KEYS):
             words = batch["word_index"] >= 0  # [B, T] the first sub-token of each word
-            tags = self.runner.decode_tags(logits, words)
+            with torch.inference_mode():
+                tags = self.decoder.decode(logits.float(), words)
             probs = torch.softmax(logits.float(), dim=-1).gather(-1, tags.clamp(min=0).unsqueeze(-1)).squeeze(-1)
             example = batch["example_index"].unsqueeze(1).expand_as(words)
             parts.append((example[words], batch["word_index"][words], tags[words], probs[words]))

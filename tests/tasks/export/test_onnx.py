@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sesame.tasks.core.errors import ConfigError, MissingFileError
+from sesame.tasks.ner.network import tag_decoder
 from tests.conftest import require
 from tests.tasks.export.conftest import dev_data
 
@@ -89,10 +90,13 @@ def test_onnxruntime_gives_pytorch_outputs_and_the_runner_is_a_model_runner(load
             worst = max(worst, _masked_equal(trained, ours, onnx, batch))
             if family == "token_classification":
                 words = batch["word_index"] >= 0
-                tags = torch_runner.decode_tags(ours, words)
-                assert torch.equal(runner.decode_tags(onnx, words), tags)  # Viterbi on the graph's logits
-                assert torch.equal(runner.decode_tags(ours, words), tags)  # the same decoder, bit for bit
-                agree = (runner.decode_tags(quantized, words) == tags)[words]
+                head = trained.settings.head
+                decoders = [tag_decoder(trained.module.tag_names, bool(head.crf), bool(head.constrain_bio), r.head_state())
+                            for r in (torch_runner, runner)]
+                tags = decoders[0].decode(ours, words)
+                assert torch.equal(decoders[1].decode(onnx, words), tags)  # Viterbi on the graph's logits
+                assert torch.equal(decoders[1].decode(ours, words), tags)  # the same decoder, bit for bit
+                agree = (decoders[1].decode(quantized, words) == tags)[words]
             else:
                 agree = ours.argmax(-1) == quantized.argmax(-1)
         same, total = same + int(agree.sum()), total + agree.numel()
@@ -141,8 +145,10 @@ def test_the_crf_runner_decodes_with_the_trained_transitions(loaded, exported):
     folder, report = exported("ner_crf")
     assert "crf.safetensors" in report["files"]
     runner = OnnxRunner.from_folder(folder)
-    crf = runner.task_export.tag_head(runner.folder).crf
-    trained_crf = loaded("ner_crf").module.head.crf
+    trained = loaded("ner_crf")
+    head = trained.settings.head
+    crf = tag_decoder(trained.module.tag_names, bool(head.crf), bool(head.constrain_bio), runner.head_state()).crf
+    trained_crf = trained.module.head.crf
     for name in ("start_transitions", "end_transitions", "transitions", "allowed_transitions", "allowed_start"):
         assert torch.equal(getattr(crf, name), getattr(trained_crf, name)), name
 
@@ -158,8 +164,7 @@ def test_runner_overrides_and_errors(loaded, exported, tmp_path):
         OnnxRunner.from_folder(folder, {"encoder.name_or_path": "minilm_l6"})
     with pytest.raises(ConfigError, match="head.crf"):
         OnnxRunner.from_folder(folder, {"head.crf": True})
-    with pytest.raises(ConfigError, match="no tag decoding"):
-        runner.decode_tags(torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool))
+    assert runner.head_state() == {}  # QA decodes from its logits alone
     with pytest.raises(MissingFileError, match="model.onnx"):
         OnnxRunner.from_folder(tmp_path)
 

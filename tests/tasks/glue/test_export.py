@@ -43,13 +43,13 @@ def test_multi_label_thresholds_are_written_read_back_and_decide(settings, tmp_p
     assert export.report_entries() == {"decision_thresholds": {"a": 0.25, "b": 0.5, "c": 0.75}}
     assert export.write_files(tmp_path) == [THRESHOLDS_FILE]
     runner_side = ClassificationExport(settings)  # the ONNX runner's: settings only
-    assert runner_side.label_thresholds(tmp_path).tolist() == [0.25, 0.5, 0.75]
+    assert runner_side.decoding_state(tmp_path)["thresholds"].tolist() == [0.25, 0.5, 0.75]
     logits = torch.logit(torch.tensor([[0.3, 0.4, 0.8]]))
     assert export.predictions((logits,), {}).tolist() == [[True, False, True]]
 
     single = ClassificationExport(settings, _module())
     assert single.write_files(tmp_path / "none") == [] and single.report_entries() == {}
-    assert single.label_thresholds(tmp_path / "none") is None
+    assert single.decoding_state(tmp_path / "none") == {}
     assert single.predictions((logits,), {}).tolist() == [2]
     assert ClassificationExport(settings, _module(labels=None)).predictions((logits[:, :1],), {}) is None  # regression
 

@@ -12,6 +12,7 @@ from sesame.heads.tagger import TokenTaggerHead
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import MissingFileError
 from sesame.tasks.encoders.encoder import load_tokenizer
+from sesame.tasks.ner.network import CRF_PARAMETERS, tag_decoder
 from sesame.tasks.ner.export import CRF_FILE, PROBES, TaggingExport
 from sesame.tasks.ner.windows import WindowTokenizer
 
@@ -44,20 +45,23 @@ def test_the_runner_decodes_with_the_crf_scores_the_export_wrote(make_cfg, tmp_p
     with torch.no_grad():
         for p in (head.crf.start_transitions, head.crf.end_transitions, head.crf.transitions):
             p.copy_(torch.randn_like(p))
-    export = TaggingExport(settings, SimpleNamespace(head=head, tag_names=TAGS))
+    state = {n: getattr(head.crf, n).detach().clone() for n in CRF_PARAMETERS}
+    export = TaggingExport(settings, SimpleNamespace(head=head, tag_names=TAGS, decoding_state=lambda: state))
     assert "head.crf=true" in export.refusal_reasons(None)[0]
     with pytest.raises(MissingFileError, match=CRF_FILE):
-        TaggingExport(settings).decode_tags(tmp_path, torch.zeros(1, 2, 3), torch.ones(1, 2, dtype=torch.bool))
+        TaggingExport(settings).decoding_state(tmp_path)
     assert export.write_files(tmp_path) == [CRF_FILE]
     logits, mask = torch.randn(2, 5, 3), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
-    got = TaggingExport(settings).decode_tags(tmp_path, logits, mask)
-    assert torch.equal(got, head.eval().decode(logits, mask))
+    decoder = tag_decoder(TAGS, True, True, TaggingExport(settings).decoding_state(tmp_path))
+    assert torch.equal(decoder.decode(logits, mask), head.eval().decode(logits, mask))
 
 
 def test_without_a_crf_tags_are_the_argmax_and_no_file_is_written(make_cfg, tmp_path):
-    export = TaggingExport(_settings(make_cfg), SimpleNamespace(head=TokenTaggerHead(4, 3), tag_names=TAGS))
+    export = TaggingExport(_settings(make_cfg), SimpleNamespace(head=TokenTaggerHead(4, 3), tag_names=TAGS,
+                                                                decoding_state=lambda: {}))
     assert export.write_files(tmp_path) == [] and export.refusal_reasons(None) == []
     logits, mask = torch.randn(1, 4, 3), torch.tensor([[1, 0, 1, 1]], dtype=torch.bool)
-    tags = TaggingExport(_settings(make_cfg)).decode_tags(tmp_path, logits, mask)
+    assert TaggingExport(_settings(make_cfg)).decoding_state(tmp_path) == {}
+    tags = tag_decoder(TAGS, False, False, {}).decode(logits, mask)
     assert tags[0, 1] == -100 and torch.equal(tags[mask], logits.argmax(-1)[mask])
     assert export.label_row() == ("tags", TAGS)

@@ -47,5 +47,4 @@ def test_outputs_count_where_unmasked_and_a_prediction_is_the_best_span(make_cfg
     assert export.predictions((start, end), {}).tolist() == [[2, 1], [1, 2]]
     assert export.forward_output((start, end)) == (start, end)  # the module's (start, end)
     assert export.report_labels(None) is None and export.data_rows() == [("doc stride", 128)]
-    with pytest.raises(ConfigError, match="no tag decoding"):
-        export.decode_tags(tmp_path, torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool))
+    assert export.decoding_state(tmp_path) == {}  # nothing beside the graph: spans decode from the logits
