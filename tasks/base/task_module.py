@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -25,10 +25,14 @@ from torch import nn
 
 from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.core.atomic_files import write_json_atomic, write_text_atomic
+from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.distributed import Rows, concat_rows, gather_rows
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.finetune import build_optimizer
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
+
+if TYPE_CHECKING:
+    from sesame.tasks.base.run_settings import RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +207,19 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
         """What the module learned that ``metrics.json`` reports after training (e.g. scalar-mix
         weights). Default: nothing."""
         return {}
+
+    # sesame-report ---------------------------------------------------------------------------------
+    @classmethod
+    def example_scores(cls, run_dir: Path, settings: RunSettings,
+                       metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+        """A finished run's dev examples and ``metric`` on any resample of them, for ``sesame-report``'s paired
+        bootstrap (``tasks/runs/sweep_comparisons.py``): ``(keys, score)``, ``keys`` [N] the ids of the examples
+        the run scored (the same ids in every run of that dev set), ``score(indices)`` the metric on the examples
+        at ``indices`` [n] (positions in ``keys``, repeats allowed), read from the prediction files the run
+        wrote and recomputed by the task's own metric functions; a ``UserError`` saying why where it cannot
+        (a metric that is not recomputable per example, a missing file). Default: the task cannot."""
+        raise ConfigError(f"task={settings.task.name} cannot recompute {metric} example by example (its module "
+                          f"{cls.__name__} has no example_scores)")
 
     # calibrate=true --------------------------------------------------------------------------------
     def calibration_refusal(self) -> str | None:

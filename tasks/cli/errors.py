@@ -1,6 +1,7 @@
 """How a console script ends on an error.
 
-- A :class:`sesame.tasks.core.errors.UserError` (bad data, paths, settings): one ``error: <message>`` line
+- A :class:`sesame.tasks.core.errors.UserError` (bad data, paths, settings), or a usage mistake met by a
+  :class:`OneLineParser`: one ``error: <message>`` line
   naming the file, line or key and the fix, exit code 2, no traceback (``SESAME_TRACEBACK=1`` shows it).
   So is a full disk or read-only file system met by any write (``tasks/core/atomic_files.py``'s ``disk_error``).
 - :class:`sesame.tasks.core.errors.RunStopped` (a SIGTERM ended the run, its checkpoint saved): its message,
@@ -13,11 +14,13 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
 import traceback
 from collections.abc import Iterator
+from typing import NoReturn
 
 from sesame.tasks.core.atomic_files import disk_error
 from sesame.tasks.core.errors import RunStopped, UserError
@@ -36,6 +39,15 @@ def peer_lost(err: BaseException) -> bool:
     by_peer = "by peer" in text or "Connection reset" in text or "Broken pipe" in text
     return by_peer and (any(c.__name__ in PEER_ERRORS for c in type(err).__mro__)
                         or (isinstance(err, RuntimeError) and "gloo" in text.lower()))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage mistakes (an unknown option, a value of the wrong type) end as
+    one ``error:`` line and exit code 2, like every other user error, instead of the usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
 
 
 @contextlib.contextmanager

@@ -8,10 +8,15 @@ class and accuracy; STS-B: Pearson and Spearman correlation. Multi-label tables
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
+from sesame.tasks.glue.readers import encode_labels, encode_multi_labels, first_data_line, read_glue_tsv, read_table
 
 # scipy and torchmetrics are imported where a metric needs them: the settings read METRICS' names at
 # every start, predictions included, and the two cost about a second of import.
@@ -127,3 +132,60 @@ def multilabel_metrics(probabilities: np.ndarray, gold: np.ndarray, thresholds: 
     micro, macro = multilabel_f1(p >= np.asarray(thresholds, dtype=np.float32), gold)
     micro_half, macro_half = multilabel_f1(p >= np.float32(0.5), gold)
     return {"f1_micro": micro, "f1_macro": macro, "f1_micro_at_0.5": micro_half, "f1_macro_at_0.5": macro_half}
+
+
+# Per example (sesame-report) ------------------------------------------------------------------------
+def example_scores(run_dir: Path, data: Any, metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+    """A run's dev examples and ``metric`` recomputed on any resample of them (``sesame-report``'s paired
+    bootstrap), from the prediction file the run wrote (``val_<TASK>.tsv``) and the gold labels of its
+    data settings ``data`` (``GlueDataSettings`` / ``TableDataSettings``).
+
+    ``metric``: ``val_<name>`` (or MNLI's ``val_mm_<name>``), ``<name>`` one of the task's metrics
+    (accuracy, f1, matthews_correlation, pearson, spearmanr; multi-label f1_micro / f1_macro, at the
+    run's tuned thresholds, which the file's decisions are). Returns ``(keys, score)``: ``keys`` [N] the
+    examples' data rows (``index``), ``score(indices)`` the metric on the examples at ``indices`` [n]
+    (positions in ``keys``, repeats allowed), by this module's functions. STS-B's file holds scores
+    rounded to 3 decimals, so its correlations differ from ``metrics.json`` in the 4th or 5th decimal.
+    """
+    stage = "val_mm" if metric.startswith("val_mm_") else "val"
+    name = metric.removeprefix(f"{stage}_")
+    spec = data.task_spec()
+    names = ("f1_micro", "f1_macro") if spec.multi_label else tuple(m for m in spec.metrics if m in METRICS)
+    if not metric.startswith(f"{stage}_") or name not in names:
+        raise ConfigError(f"{metric} cannot be recomputed example by example from the run's prediction file; "
+                          f"these can: {', '.join(f'val_{m}' for m in names)}")
+    path = run_dir / f"{stage}_{spec.submission_name}{'m' if stage == 'val_mm' else ''}.tsv"
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such prediction file (the run did not validate, or predates it)")
+    rows = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()[1:] if line]
+    index = [int(row[0]) for row in rows]
+    written = [row[1] if len(row) > 1 else "" for row in rows]
+    # The gold rows the run validated on: the dev file, or (data.holdout_fraction) its share of the training file.
+    key = "train_file" if data.holdout_fraction and stage == "val" else \
+        "validation_mismatched_file" if stage == "val_mm" else "validation_file"
+    if getattr(data, "task_name", None) is not None:  # a GLUE TSV (task=glue)
+        file = Path(getattr(data, key))
+        gold_rows = read_glue_tsv(file, spec, require_labels=True, key=key)["label"]
+    else:  # any table (task=text_classification)
+        table, file = read_table(getattr(data, key), spec.text_a, spec.text_b, spec.label, key=key,
+                                 labels_as_text=spec.multi_label)
+        raw, line = list(table[spec.label]), first_data_line(file)
+        gold_rows = (encode_multi_labels(raw, spec.labels or (), spec.label_separator, file, str(spec.label), line)
+                     if spec.multi_label else encode_labels(raw, spec.labels, file, line, column=str(spec.label)))
+    if max(index, default=-1) >= len(gold_rows):
+        raise DataError(f"{path}: index {max(index)} but {file} has {len(gold_rows)} examples: it is not the file "
+                        f"the run validated on (data.{key})")
+    keys = [str(i) for i in index]
+    if spec.multi_label:  # the file's decisions, at the thresholds the run tuned
+        gold = np.asarray([gold_rows[i] for i in index]) > 0.5
+        decided = np.zeros_like(gold)
+        ids = {label: i for i, label in enumerate(spec.labels or ())}
+        for row, labels in enumerate(written):
+            decided[row, [ids[label] for label in labels.split(spec.label_separator) if label]] = True
+        which = ("f1_micro", "f1_macro").index(name)
+        return keys, lambda at: multilabel_f1(decided[at], gold[at])[which]
+    if spec.is_regression:  # float64, as the module scores them
+        predicted, gold = np.asarray(written, dtype=np.float64), np.asarray([gold_rows[i] for i in index], dtype=np.float64)
+    else:  # label names -> the class ids the metrics count (f1: of class 1)
+        predicted, gold = np.asarray(encode_labels(written, spec.labels, path, 2)), np.asarray([gold_rows[i] for i in index])
+    return keys, lambda at: METRICS[name](predicted[at], gold[at])

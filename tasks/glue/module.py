@@ -15,8 +15,9 @@ by it, so evaluation, ``sesame-predict`` and ``sesame-export`` all use it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,12 +28,15 @@ from sesame.heads.calibration import TemperatureScaling, calibration_doubt, expe
 from sesame.heads.classifier import balanced_class_weights
 from sesame.tasks.core.distributed import Rows
 from sesame.tasks.core.errors import ConfigError, DataError
-from sesame.tasks.glue.metrics import compute_metrics, multilabel_metrics, tune_thresholds
+from sesame.tasks.glue.metrics import compute_metrics, example_scores, multilabel_metrics, tune_thresholds
 from sesame.tasks.glue.network import SentenceClassificationNetwork
 from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.glue.settings import ClassifierHeadSettings
+
+if TYPE_CHECKING:
+    from sesame.tasks.base.run_settings import RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,12 @@ class SentenceClassificationModule(SentenceClassificationNetwork, EncoderTaskMod
         return loss
 
     # Evaluation (the path is tasks/base/task_module.py's) ------------------------------------------------------
+    @classmethod
+    def example_scores(cls, run_dir: Path, settings: RunSettings,
+                       metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+        """``tasks/glue/metrics.py``'s ``example_scores``: ``val_<TASK>.tsv`` against the run's gold labels."""
+        return example_scores(run_dir, settings.data, metric)
+
     def eval_stage(self, stage: str, dataloader_idx: int) -> str:
         return f"{stage}_mm" if dataloader_idx == 1 else stage
 

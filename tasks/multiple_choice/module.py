@@ -4,19 +4,32 @@ probability)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.core.distributed import Rows
-from sesame.tasks.multiple_choice.metrics import choice_accuracy, prediction_lines
+from sesame.tasks.multiple_choice.metrics import choice_accuracy, example_scores, prediction_lines
 from sesame.tasks.multiple_choice.network import MultipleChoiceNetwork
+
+if TYPE_CHECKING:
+    from sesame.tasks.base.run_settings import RunSettings
 
 
 class MultipleChoiceModule(MultipleChoiceNetwork, EncoderTaskModule):
     """The network (``tasks/multiple_choice/network.py``) trained with cross-entropy over the endings."""
+
+    @classmethod
+    def example_scores(cls, run_dir: Path, settings: RunSettings,
+                       metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+        """``tasks/multiple_choice/metrics.py``'s ``example_scores``: ``val_predictions.jsonl`` against the
+        dev labels."""
+        return example_scores(run_dir, settings.data.validation_file, metric)
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits = self(batch)

@@ -21,13 +21,14 @@ CRF).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from sesame.tasks.core.atomic_files import write_text_atomic
+from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
 
 MODES = ("conlleval", "strict")
 _O, _B, _I = 0, 1, 2
@@ -199,3 +200,46 @@ def write_conll_predictions(
     """Write :func:`format_conll_predictions` to ``path`` atomically; returns the path."""
     return write_text_atomic(path, format_conll_predictions(tokens, gold, predicted, delimiter))
 
+
+
+def example_scores(run_dir: Path, mode: str, metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+    """A run's dev sentences and ``metric`` recomputed on any resample of them (``sesame-report``'s paired
+    bootstrap), from the run's ``val_predictions.conll`` (``word gold predicted``, which holds the gold tags).
+
+    ``metric``: ``val_f1`` / ``val_precision`` / ``val_recall``, or a type's ``val_<type>_f1`` etc., read
+    with ``mode`` (``task.entity_metric``). No entity crosses a sentence, so the entity counts of a
+    resample are the sums of its sentences' (each from :func:`entity_scores`), and the scores come from
+    them as :class:`Score` makes them. Returns ``(keys, score)``: ``keys`` [N] the sentences' numbers,
+    ``score(indices)`` the metric over the sentences at ``indices`` [n] (repeats allowed).
+    """
+    path = run_dir / "val_predictions.conll"
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such prediction file (the run did not validate, or predates it)")
+    gold: list[list[str]] = [[]]
+    predicted: list[list[str]] = [[]]
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            if gold[-1]:
+                gold.append([]), predicted.append([])
+            continue
+        fields = line.split(" ")
+        if len(fields) != 3:
+            raise DataError(f"{path}:{number}: {len(fields)} space-separated fields, expected 3 (word gold predicted)")
+        gold[-1].append(fields[1]), predicted[-1].append(fields[2])
+    if not gold[-1]:
+        gold.pop(), predicted.pop()
+    sentences = [entity_scores([g], [p], mode=mode) for g, p in zip(gold, predicted)]
+    types = sorted({t for s in sentences for t in s.per_type})
+    stat, _, entity_type = metric.removeprefix("val_")[::-1].partition("_")
+    stat, entity_type = stat[::-1], entity_type[::-1]
+    if not metric.startswith("val_") or stat not in ("f1", "precision", "recall") or entity_type not in ("", *types):
+        raise ConfigError(f"{metric} cannot be recomputed sentence by sentence from {path.name}; these can: val_f1, "
+                          f"val_precision, val_recall and val_<type>_f1 etc. for the types {types}")
+
+    def counts(score: Score) -> tuple[int, int, int]:
+        return score.correct, score.predicted, score.support
+
+    absent = Score.from_counts(0, 0, 0)
+    table = np.asarray([counts(s.per_type.get(entity_type, absent) if entity_type else s.overall) for s in sentences],
+                       dtype=np.int64).reshape(-1, 3)  # [N, 3]: correct, predicted, gold entities
+    return [str(i) for i in range(len(sentences))], lambda at: getattr(Score.from_counts(*table[at].sum(axis=0).tolist()), stat)

@@ -9,8 +9,9 @@ precision / recall / F1 (``val_f1`` is the main metric) and written to ``{stage}
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,9 +23,12 @@ from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.base.task_module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.ner.network import NerNetwork
-from sesame.tasks.ner.metrics import MODES, entity_scores, format_conll_predictions, format_report
+from sesame.tasks.ner.metrics import MODES, entity_scores, example_scores, format_conll_predictions, format_report
 
 from sesame.tasks.ner.windows import stitch_words
+
+if TYPE_CHECKING:
+    from sesame.tasks.base.run_settings import RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,13 @@ class NerModule(NerNetwork, EncoderTaskModule):
 
     eval_key = ("example_index", "word_index")
     eval_unit = "example_index"
+
+    @classmethod
+    def example_scores(cls, run_dir: Path, settings: RunSettings,
+                       metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+        """``tasks/ner/metrics.py``'s ``example_scores``: ``val_predictions.conll`` (gold and predicted tags),
+        sentence by sentence."""
+        return example_scores(run_dir, settings.task.entity_metric, metric)
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)

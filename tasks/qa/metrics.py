@@ -15,11 +15,18 @@ best-threshold keys are always reported (with no-answer probabilities defaulting
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import re
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
+from sesame.tasks.inputs.data_files import check_data_file
 
 if TYPE_CHECKING:
     import datasets
@@ -228,6 +235,64 @@ def compute(
     if v == "squad_v1":
         return squad_v1(gold, predictions)
     return squad_v2(gold, predictions, na_probs, na_prob_thresh)
+
+
+def question_scores(
+    version: str,
+    gold: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """``(exact, f1)``: each question's exact match and F1 (0/1 scale) as :func:`compute` counts them, so
+    that its ``exact_match`` / ``f1`` are 100 x their means over ``gold``'s questions (a missing prediction
+    scores 0). v1.1: the max over the gold answers; v2.0: :func:`raw_scores_v2`, then the no-answer
+    threshold (:func:`apply_no_ans_threshold`)."""
+    if normalize_version(version) == "squad_v1":
+        exact = {q: float(max(exact_match_score(predictions[q], a) for a in answers)) if q in predictions else 0.0
+                 for q, answers in gold.items()}
+        f1 = {q: max(f1_score_v1(predictions[q], a) for a in answers) if q in predictions else 0.0
+              for q, answers in gold.items()}
+        return exact, f1
+    has_ans = {qid: bool(answers) for qid, answers in gold.items()}
+    probs = na_probs if na_probs is not None else {qid: 0.0 for qid in predictions}
+    exact_raw, f1_raw = raw_scores_v2(gold, predictions)
+    exact = apply_no_ans_threshold(exact_raw, probs, has_ans, na_prob_thresh)
+    f1 = apply_no_ans_threshold(f1_raw, probs, has_ans, na_prob_thresh)
+    for qid in gold:
+        if qid not in predictions:
+            exact[qid] = f1[qid] = 0.0
+    return exact, f1
+
+
+def example_scores(run_dir: Path, data: Any, head: Any, metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+    """A run's dev questions and ``metric`` (``val_exact_match`` or ``val_f1``, 0-100) recomputed on any
+    resample of them (``sesame-report``'s paired bootstrap): the answers the run wrote
+    (``predictions.json``; v2 also ``null_odds.json`` against ``head.null_score_diff_threshold``, as the
+    module scores them), the gold answers of ``data.validation_file``. Returns ``(keys, score)``: ``keys``
+    [N] the question ids, ``score(indices)`` the metric over the questions at ``indices`` [n] (positions in
+    ``keys``, repeats allowed): 100 x the mean of :func:`question_scores`."""
+    if metric not in ("val_exact_match", "val_f1"):
+        raise ConfigError(f"{metric} cannot be recomputed question by question from the run's predictions.json; "
+                          "these can: val_exact_match, val_f1")
+    version = "squad_v2" if data.version_2_with_negative else "squad_v1"
+    files = {"predictions": run_dir / "predictions.json", "null_odds": run_dir / "null_odds.json"}
+    for role, path in files.items():
+        if (role == "predictions" or version == "squad_v2") and not path.is_file():
+            raise MissingFileError(f"{path}: no such file (the run did not validate, or predates it)")
+    predictions = json.loads(files["predictions"].read_text(encoding="utf-8"))
+    dev = check_data_file(data.validation_file, "validation_file")
+    every = gold_from_dataset(json.loads(dev.read_text(encoding="utf-8")))
+    unknown = [qid for qid in predictions if qid not in every]
+    if unknown:
+        raise DataError(f"{files['predictions']}: {len(unknown)} question(s) ({unknown[0]}, ...) are not in {dev}: it is "
+                        "not the file the run validated on (data.validation_file)")
+    gold = {qid: every[qid] for qid in predictions}  # the questions the run decoded, as the module scores them
+    na_probs = json.loads(files["null_odds"].read_text(encoding="utf-8")) if version == "squad_v2" else None
+    exact, f1 = question_scores(version, gold, predictions, na_probs, head.null_score_diff_threshold)
+    keys = list(gold)
+    values = 100.0 * np.asarray([(f1 if metric == "val_f1" else exact)[qid] for qid in keys], dtype=np.float64)
+    return keys, lambda at: float(values[at].mean())
 
 
 def normalize_version(version: str) -> str:

@@ -10,9 +10,11 @@ metrics (``tasks/qa/metrics.py``). Files in the run folder (``test_`` prefix for
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -21,8 +23,11 @@ from sesame.tasks.core.distributed import Rows
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.base.task_module import STAGE_SPLITS, EncoderTaskModule
 from sesame.tasks.qa.network import SquadNetwork
-from sesame.tasks.qa.metrics import compute, raw_scores_v2
+from sesame.tasks.qa.metrics import compute, example_scores, raw_scores_v2
 from sesame.tasks.qa.predictions import QuestionPrediction, decode_predictions
+
+if TYPE_CHECKING:
+    from sesame.tasks.base.run_settings import RunSettings
 
 
 
@@ -34,6 +39,12 @@ class SquadModule(SquadNetwork, EncoderTaskModule):
     eval_key = ("feature_index",)
     eval_unit = "example_index"
     eval_pad_values = {"offsets": -1}
+
+    @classmethod
+    def example_scores(cls, run_dir: Path, settings: RunSettings,
+                       metric: str) -> tuple[list[str], Callable[[np.ndarray], float]]:
+        """``tasks/qa/metrics.py``'s ``example_scores``: ``predictions.json`` against the dev file's answers."""
+        return example_scores(run_dir, settings.data, settings.head, metric)
 
     def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
         super().__init__(cfg, encoder)

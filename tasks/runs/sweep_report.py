@@ -4,8 +4,9 @@ Each job folder holds ``.hydra/overrides.yaml`` (what the job changed), ``config
 ``task.main_metric`` is the metric to rank by), ``metrics.json`` and ``logs/metrics.csv`` (Lightning's
 CSVLogger: one row per logging step, columns ``epoch``, ``step`` and one per logged value, e.g.
 ``train_loss`` every ``trainer.log_every_n_steps`` steps, ``val_*`` at each validation). Jobs that
-differ only in ``seed`` are one variant: the table gives mean and standard deviation over seeds, and
-the curves one line per variant, the mean over its seeds.
+differ only in ``seed`` are one variant: the table gives mean, standard deviation and the 95% Student-t
+interval over seeds, and each variant's difference from a baseline with its tests over dev examples and
+over seeds (``tasks/runs/sweep_comparisons.py``); the curves one line per variant, the mean over its seeds.
 """
 
 from __future__ import annotations
@@ -21,15 +22,20 @@ import yaml
 
 from sesame.tasks.core.atomic_files import atomic_open, write_text_atomic
 from sesame.tasks.core.errors import ConfigError, MissingFileError
+from sesame.tasks.runs.significance import ASO_THRESHOLD, t_interval
+from sesame.tasks.runs.sweep_comparisons import Comparisons, Outcome, check_options, compare, pick_baseline
 
 IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.", "logger")
 
 
 @dataclass
 class Variant:
-    overrides: str
+    """Jobs that differ only in ``seed``: ``values`` [seeds] of the metric, from the ``jobs`` (folder names)."""
+
+    overrides: str  # the label: ``settings`` joined by spaces, or "(defaults)"
     values: list[float]
     jobs: list[str]
+    settings: tuple[str, ...] = ()  # the overrides that tell this variant from the others (``fusion=last``)
 
     @property
     def mean(self) -> float:
@@ -77,53 +83,141 @@ def main_metric(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: st
                      f"their metrics {sorted(keys)}; pass --metric")
 
 
-def variant_labels(overrides: list[list[str]]) -> list[str]:
-    """The label of each job's variant: its overrides, less those every job shares and the seed."""
+def variant_settings(overrides: list[list[str]]) -> list[tuple[str, ...]]:
+    """Each job's overrides, less those every job shares and the seed: what tells its variant apart."""
     shared = set.intersection(*(set(o) for o in overrides)) if len(overrides) > 1 else set()
-    return [" ".join(o for o in job if o not in shared and not o.lstrip("+~").startswith(IGNORED_OVERRIDES))
-            or "(defaults)" for job in overrides]
+    return [tuple(o for o in job if o not in shared and not o.lstrip("+~").startswith(IGNORED_OVERRIDES))
+            for job in overrides]
+
+
+def variant_labels(overrides: list[list[str]]) -> list[str]:
+    """The label of each job's variant: its :func:`variant_settings` joined by spaces, or "(defaults)"."""
+    return [" ".join(settings) or "(defaults)" for settings in variant_settings(overrides)]
 
 
 def variants(jobs: list[tuple[Path, list[str], dict[str, float]]], metric: str) -> list[Variant]:
     """One row per distinct set of overrides (seed aside), best first."""
     groups: dict[str, Variant] = {}
-    labels = variant_labels([overrides for _, overrides, _ in jobs])
-    for (job, _, metrics), key in zip(jobs, labels):
+    settings = variant_settings([overrides for _, overrides, _ in jobs])
+    for (job, _, metrics), differs in zip(jobs, settings):
         value = metrics.get(metric)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
-        groups.setdefault(key, Variant(key, [], [])).values.append(float(value))
+        key = " ".join(differs) or "(defaults)"
+        groups.setdefault(key, Variant(key, [], [], differs)).values.append(float(value))
         groups[key].jobs.append(job.name)
     return sorted(groups.values(), key=lambda v: v.mean, reverse=True)
 
 
-def markdown_table(rows: list[Variant], metric: str) -> str:
+def markdown_table(rows: list[Variant], metric: str, comparisons: Comparisons | None = None) -> str:
+    """The table (best first): each variant's mean ± std over seeds, the seeds, and (with several seeds)
+    the 95% t-interval of the mean; with ``comparisons``, each variant's difference from the baseline
+    and the Holm-adjusted p-values of the tests (``*``: holds at their α), then lines saying how."""
     seeds = max(len(r.values) for r in rows)
-    head = f"| variant | {metric} |" + (" seeds |" if seeds > 1 else "")
-    lines = [head, "|---|---|" + ("---|" if seeds > 1 else "")]
+    tests = comparisons is not None and bool(comparisons.comparisons)
+    head = ["variant", metric] + (["seeds", "95% CI"] if seeds > 1 else [])
+    if tests:
+        head += ["Δ vs baseline", "p, dev examples"]
+        if seeds > 1:
+            head.append("ε_min, seeds (ASO)" if comparisons.seed_test == "aso" else "p, seeds")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        value = f"{r.mean:.4f} ± {r.std:.4f}" if seeds > 1 else f"{r.mean:.4f}"
-        lines.append(f"| {r.overrides} | {value} |" + (f" {len(r.values)} |" if seeds > 1 else ""))
+        cells = [r.overrides, f"{r.mean:.4f} ± {r.std:.4f}" if seeds > 1 else f"{r.mean:.4f}"]
+        if seeds > 1:
+            interval = t_interval(r.values)
+            cells += [str(len(r.values)), f"[{interval[0]:.4f}, {interval[1]:.4f}]" if interval else "n/a (1 seed)"]
+        if tests:
+            found = comparisons.of(r)
+            if found is None:
+                cells += ["baseline", ""] + ([""] if seeds > 1 else [])
+            else:
+                cells += [f"{found.difference:+.4f}", _cell(found.examples)] + ([_cell(found.seeds)] if seeds > 1 else [])
+        lines.append("| " + " | ".join(cells) + " |")
+    table = "\n".join(lines) + "\n"
+    return table + ("\n" + "\n".join(_how(comparisons, metric, seeds > 1)) + "\n" if tests else "")
+
+
+def _cell(test: Outcome) -> str:
+    """A test's cell: Holm's adjusted p (or ASO's ε_min), ``*`` where the difference holds; else why not."""
+    mark = " *" if test.holds else ""
+    if test.epsilon is not None:
+        return f"{test.epsilon:.3f}{mark}"
+    if test.adjusted is None:
+        return f"n/a ({test.note})" if test.note else "n/a"
+    return ("<0.001" if test.adjusted < 0.001 else f"{test.adjusted:.3f}") + mark
+
+
+def _how(c: Comparisons, metric: str, seeds: bool) -> list[str]:
+    """The lines under the table: the baseline, what each column is, the notes."""
+    lines = [f"Baseline: {c.baseline.overrides} ({c.chosen_by}). Δ: the variant's mean {metric} over its seeds minus "
+             f"the baseline's." + (" 95% CI: Student t interval of the mean over seeds." if seeds else "")]
+    if c.examples is not None:
+        lines.append(f"p, dev examples: paired bootstrap over the {c.examples} dev examples, {c.resamples} resamples "
+                     f"(seed {c.seed}); each run's {metric} recomputed on the same resamples from its prediction files by "
+                     "its task's own scorer, a variant's value the mean over its seeds; two-sided p-value of the "
+                     "shifted bootstrap distribution.")
+    if seeds and c.seed_test == "aso":
+        lines.append(f"ε_min, seeds: Almost Stochastic Order (deepsig) of the per-seed {metric}: the violation ratio of "
+                     f"'the higher-scoring side is stochastically larger', at confidence {1 - c.alpha:g} Bonferroni-"
+                     f"corrected over the comparisons; * where ε_min < {ASO_THRESHOLD} (not a p-value: no Holm).")
+    elif seeds:
+        lines.append(f"p, seeds: permutation test of the per-seed {metric} (two-sided, difference of means; exact when "
+                     "the seeds allow at most 20,000 splits, else 10,000 random ones).")
+    count = f"{len(c.comparisons)} comparison{'s' if len(c.comparisons) > 1 else ''}"
+    lines.append(f"p-values are Holm-adjusted over the table's {count}, each column on its own; * : the difference "
+                 f"holds at α = {c.alpha:g}.")
+    return lines + [f"Note: {note}" for note in c.notes]
+
+
+def csv_table(rows: list[Variant], metric: str, comparisons: Comparisons | None = None) -> str:
+    """One line per variant: mean, std, seeds, jobs, the 95% interval and the tests (empty where none)."""
+    tested = (",ci95_low,ci95_high,difference,p_examples,p_examples_holm,holds_examples,p_seeds,p_seeds_holm,"
+              "aso_epsilon,holds_seeds,baseline")
+    lines = [f"variant,{metric}_mean,{metric}_std,seeds,jobs{tested}"]
+
+    def number(value: float | None) -> str:
+        return "" if value is None else repr(float(value))
+
+    for r in rows:
+        interval = t_interval(r.values) or (None, None)
+        found = comparisons.of(r) if comparisons is not None else None
+        tests = [""] * 8 if found is None else [
+            number(found.difference), number(found.examples.p), number(found.examples.adjusted),
+            str(found.examples.holds).lower(), number(found.seeds.p), number(found.seeds.adjusted),
+            number(found.seeds.epsilon), str(found.seeds.holds).lower()]
+        is_baseline = comparisons is not None and r is comparisons.baseline
+        lines.append(f'"{r.overrides}",{r.mean:.6f},{r.std:.6f},{len(r.values)},{"|".join(r.jobs)},'
+                     + ",".join([number(interval[0]), number(interval[1]), *tests, str(is_baseline).lower()]))
     return "\n".join(lines) + "\n"
 
 
-def csv_table(rows: list[Variant], metric: str) -> str:
-    lines = [f"variant,{metric}_mean,{metric}_std,seeds,jobs"]
-    lines += [f'"{r.overrides}",{r.mean:.6f},{r.std:.6f},{len(r.values)},{"|".join(r.jobs)}' for r in rows]
-    return "\n".join(lines) + "\n"
+def shared_overrides(jobs: list[tuple[Path, list[str], dict[str, float]]]) -> list[str]:
+    """The overrides every job of the sweep has (``data=sst2``): they tell no variant apart."""
+    return sorted(set.intersection(*(set(o) for _, o, _ in jobs))) if len(jobs) > 1 else []
 
 
 def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, metric: str | None = None,
-                       title: str | None = None) -> tuple[str, list[Path]]:
+                       title: str | None = None, baseline: list[str] | None = None, alpha: float = 0.05,
+                       resamples: int = 1000, seed: int = 0, seed_test: str = "permutation") -> tuple[str, list[Path]]:
     """The sweep's table: ``report.md``, ``report.csv`` and (with matplotlib) ``report.png`` in ``out``
-    (default: the sweep folder), ranked by ``metric`` (default: the task's main metric). Returns the
-    Markdown table and the files written (``sesame-report``, and the end of every ``--multirun``)."""
+    (default: the sweep folder), ranked by ``metric`` (default: the task's main metric), each variant
+    compared with ``baseline`` (``KEY=VALUE`` settings that pick one; default: the best) over dev
+    examples and over seeds (``tasks/runs/sweep_comparisons.py``; ``alpha``, ``resamples`` of the
+    bootstrap, ``seed`` of the resamples, ``seed_test``). Every option is checked before anything is
+    written. Returns the Markdown table and the files written (``sesame-report``, and the end of every
+    ``--multirun``)."""
     out = Path(out if out is not None else sweep_dir)
     jobs = read_jobs(sweep_dir)
     metric = main_metric(jobs, metric)
     rows = variants(jobs, metric)
-    table = markdown_table(rows, metric)
-    written = [write_text_atomic(out / "report.md", table), write_text_atomic(out / "report.csv", csv_table(rows, metric))]
+    if not rows:
+        raise ConfigError(f"{sweep_dir}: no finished job reports {metric} in its metrics.json")
+    check_options(alpha, resamples, seed_test)
+    base, chosen_by = pick_baseline(rows, baseline, shared_overrides(jobs))
+    comparisons = compare(sweep_dir, rows, base, chosen_by, metric, alpha, resamples, seed, seed_test) if len(rows) > 1 else None
+    table = markdown_table(rows, metric, comparisons)
+    written = [write_text_atomic(out / "report.md", table),
+               write_text_atomic(out / "report.csv", csv_table(rows, metric, comparisons))]
     chart = bar_chart(rows, metric, out / "report.png", title=title)
     return table, written + ([chart] if chart else [])
 

@@ -12,7 +12,7 @@ import yaml
 from sesame.tasks.cli.report import main as report_main
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.runs.sweep_report import (Variant, bar_figure, curve_figure, main_metric, read_curves, read_jobs, read_log,
-                                       smooth, variants)
+                                       smooth, variants, write_table_report)
 from tests.conftest import require
 
 
@@ -197,6 +197,20 @@ def test_curves_are_the_csv_logs_mean_over_seeds_one_line_per_variant(init_sweep
         assert curve.values == [statistics.fmean([logs[0][s], logs[1][s]]) for s in curve.steps]
         assert curve.low == [min(logs[0][s], logs[1][s]) for s in curve.steps]
         assert curve.high == [max(logs[0][s], logs[1][s]) for s in curve.steps]
+
+
+def test_the_real_sweep_is_compared_from_the_files_its_runs_wrote(init_sweep, tmp_path):
+    """A real tiny multirun through the comparisons: each run's val_SST-2.tsv rescored by the GLUE
+    task's metrics gives its metrics.json value (no note says otherwise), and both tests run."""
+    table, _ = write_table_report(init_sweep, tmp_path, baseline=["encoder.init=pretrained"])
+    lines = table.splitlines()
+    assert lines[0] == "| variant | val_accuracy | seeds | 95% CI | Δ vs baseline | p, dev examples | p, seeds |"
+    random = next([c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| encoder.init=random"))
+    assert random[2] == "2" and random[3].startswith("[") and float(random[5].rstrip(" *")) > 0  # a p-value, not n/a
+    assert float(random[6]) >= 1 / 3  # 2 + 2 seeds: the exact permutation test's smallest p is 2/6
+    assert "paired bootstrap over the 32 dev examples" in table  # data.max_eval_examples=32
+    assert "its prediction files give" not in table and "no per-example scores" not in table
+    assert "with these seeds no difference can hold at α = 0.05" in table
 
 
 def test_the_plotted_lines_are_the_logged_values(init_sweep, tmp_path):
