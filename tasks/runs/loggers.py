@@ -14,10 +14,12 @@ Each is an optional extra of pyproject.toml (``pip install 'sesame[tensorboard]'
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger, Logger
@@ -106,6 +108,43 @@ def build_loggers(settings: LoggerSettings, run_dir: Path) -> list[Logger]:
         loggers.append(WandbLogger(offline=True, save_dir=str(run_dir), project=settings.project,
                                    name=run_name(run_dir)))
     return loggers
+
+
+#: Where a run's hyperparameters and final metrics go in each comparison view: TensorBoard's HParams
+#: dashboard and MLflow's run table show a sweep as one table of these.
+HPARAMS_PREFIX = "hparams/"
+
+
+def job_overrides() -> dict[str, str]:
+    """The job's command-line overrides (``fusion=last``: what a sweep varies), key -> value as typed;
+    none outside a Hydra job (a run started from Python)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return {}
+    pairs = (item.split("=", 1) for item in HydraConfig.get().overrides.task if "=" in item)
+    return {key.lstrip("+~"): value for key, value in pairs}
+
+
+def log_comparison(loggers: Sequence[Logger], hparams: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+    """Log a finished run's ``hparams`` (its overrides) with its final ``metrics`` (the numbers of
+    ``metrics.json``) where each logger's comparison view reads them: TensorBoard's HParams plugin (one
+    session, the metrics as ``hparams/<name>`` scalars), MLflow params ``hparams/<key>`` and metrics
+    ``hparams/<name>``, W&B's config and run summary. The CSV log has ``metrics.json`` beside it."""
+    final = {f"{HPARAMS_PREFIX}{k}": float(v) for k, v in sorted(metrics.items())
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+    params = {k: str(v) for k, v in sorted(hparams.items())}
+    for logger in loggers:
+        name = type(logger).__name__
+        if name == "TensorBoardLogger":
+            logger.log_hyperparams(params or {"run": Path(logger.log_dir).parent.name}, metrics=final)
+        elif name == "MLFlowLogger":
+            logger.log_hyperparams({f"{HPARAMS_PREFIX}{k}": v for k, v in params.items()})
+            logger.log_metrics(final)
+        elif name == "WandbLogger":
+            logger.experiment.config.update(params, allow_val_change=True)
+            logger.experiment.summary.update(final)
+        logger.save()
 
 
 def progress_bar_callbacks(enabled: bool) -> list[Callback]:

@@ -12,6 +12,7 @@ import math
 import time
 import warnings
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -42,7 +43,7 @@ from sesame.tasks.encoders.store import ENCODER_FOLDER, has_weights, save_encode
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.inputs.feature_cache import CacheSettings, build_or_open
 from sesame.tasks.core.known_noise import known_noise_silenced
-from sesame.tasks.runs.loggers import LoggerSettings, build_loggers, progress_bar_callbacks
+from sesame.tasks.runs.loggers import LoggerSettings, build_loggers, job_overrides, log_comparison, progress_bar_callbacks
 from sesame.tasks.base.run_settings import RunSettings, TrainerSettings, task_class
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.runs.run_lock import holds_run_folder, resolve_resume
@@ -213,11 +214,14 @@ def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> li
 
 @holds_run_folder
 @known_noise_silenced()
-def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -> dict[str, float]:
+def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None,
+          hparams: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``.
 
     ``shared_encoders``: a sweep's store of frozen encoder weights (``<sweep>/.encoders``), which the
-    run's ``encoder/`` then hard-links instead of holding its own copy."""
+    run's ``encoder/`` then hard-links instead of holding its own copy. ``hparams``: what this run varies
+    (a sweep job's overrides; default: the Hydra job's), logged with the final metrics for the loggers'
+    comparison views (``tasks/runs/loggers.py`` ``log_comparison``)."""
     # Every block this command reads is checked before any data is read or weights are loaded.
     settings = RunSettings.from_config(cfg)
     cache = CacheSettings.from_config(cfg.cache)
@@ -262,6 +266,8 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None) -
     with sigterm_stops_the_run(run_dir):
         metrics = fit_and_evaluate(settings, trainer, module, datamodule, resume_from)
     finish_run(module, metrics, run_dir)
+    if is_main_process():
+        log_comparison(trainer.loggers, job_overrides() if hparams is None else hparams, metrics)
     return metrics
 
 

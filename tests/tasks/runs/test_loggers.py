@@ -150,3 +150,38 @@ def test_learning_rates_and_gradient_norm_go_to_every_logger(make_cfg, tmp_path)
     assert all(float(row["grad_norm"]) > 0 for row in rows)
     tags = EventAccumulator(str(tmp_path / "logs")).Reload().Tags()["scalars"]
     assert {"lr_encoder", "lr_head", "grad_norm"} <= set(tags)
+
+
+def test_tensorboard_hparams_dashboard_gets_the_overrides_and_final_metrics(make_cfg, tmp_path):
+    """A sweep's jobs as one table: each run's overrides as hyperparameters, its metrics.json numbers as metrics."""
+    require("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    metrics = train(make_cfg("logger=tensorboard", "pooling=mean"), tmp_path, hparams={"pooling": "mean", "seed": 42})
+    events = EventAccumulator(str(tmp_path / "logs")).Reload()
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    assert start.hparams["pooling"].string_value == "mean" and start.hparams["seed"].string_value == "42"
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert "hparams/val_accuracy" in {m.name.tag for m in experiment.metric_infos}
+    [logged] = events.Scalars("hparams/val_accuracy")
+    assert logged.value == pytest.approx(metrics["val_accuracy"])
+
+
+def test_mlflow_run_table_gets_the_overrides_and_final_metrics(make_cfg, tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = tmp_path / "run"
+    metrics = train(make_cfg("logger=mlflow", "logger.experiment_name=sweep"), run, hparams={"fusion": "last"})
+    client = MlflowClient((run / "mlruns").as_uri())
+    [logged] = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert logged.data.params["hparams/fusion"] == "last"
+    assert logged.data.metrics["hparams/val_accuracy"] == pytest.approx(metrics["val_accuracy"])
+    assert logged.data.metrics["hparams/train_steps"] == metrics["train_steps"]
+
+
+def test_a_run_outside_a_hydra_job_has_no_overrides():
+    assert loggers.job_overrides() == {}
