@@ -1,12 +1,13 @@
 # Two commands do all the set-up (see README):
 #   make run    install sesame in .venv (CPU torch) and run the default fine-tuning + evaluation
 #   make test   install if needed and run the test suite offline
+# and the documentation site (docs/, mkdocs.yml): make docs serves it, make docs-build checks and writes site/
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-.PHONY: install run test bench
+.PHONY: install run test bench docs docs-build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,3 +27,11 @@ run: install
 # tests are listed at the end.
 test: install
 	$(OFFLINE) $(BIN)/python -m pytest -q -n auto --durations=15 $(ARGS)
+
+# The documentation site at http://127.0.0.1:8000, rebuilt on every edit.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# --strict: a broken link, anchor or API reference is an error (tests/test_docs_site.py builds it the same way).
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -1,9 +1,10 @@
 """Publishes finished runs of benchmarks/compression.py: each task's rows, settings and Pareto plot into
-docs/results/compression/, the full tables into docs/results/compression.md, and the README's
-compression table (with its goals checked on it) between its markers.
+docs/results/compression/, the full tables into docs/results/compression.md, and the compression table of the
+documentation site's page docs/compression.md (PAGE; with its goals checked on it) between its markers.
 
     python benchmarks/compression_report.py outputs/compress/sst2 outputs/compress/squad   # publish both runs
-    python benchmarks/compression_report.py --check      # does the README hold what the published files render?
+    python benchmarks/compression_report.py            # render docs/compression.md's table again from the published runs
+    python benchmarks/compression_report.py --check    # does the page hold what the published files render?
 
 Each OUT is a ``--out`` folder of benchmarks/compression.py holding ``compression.json``; a task found in
 several is taken from the last one given. Publishing never trains or times anything.
@@ -22,8 +23,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = REPO / "docs" / "results" / "compression"  # <task>.json (settings and rows), pareto_<task>.png
 REPORT = REPO / "docs" / "results" / "compression.md"
-README = REPO / "README.md"
+#: The page of the documentation site that holds the table, between its markers.
+PAGE = REPO / "docs" / "compression.md"
 README_BEGIN, README_END = "<!-- compression:begin -->", "<!-- compression:end -->"
+#: Where a run's --out folder is shown to be: the recorded one is a folder of the machine that ran it.
+SHOWN_OUT = "outputs/benchmarks/compression"
 LABELS = {"sst2": "SST-2", "squad_v1": "SQuAD v1.1"}
 #: Points per unit of each task's main metric (SST-2 accuracy is a fraction, SQuAD F1 is in points).
 POINTS = {"sst2": 100.0, "squad_v1": 1.0}
@@ -35,10 +39,12 @@ GOALS = {"sst2": (8.0, 1.5), "squad_v1": (4.0, 3.0)}
 STUDY_RUN = re.compile(r"\S*/(units/\w+/\w+/seed\d+/run)\b")
 
 
-def shown(text: str) -> str:
-    """``text`` with a full-data study's run folders under ``$SESAME_STUDY_DIR``: the recorded absolute path is the
-    machine's that ran the study, which a reader does not have."""
-    return STUDY_RUN.sub(r"$SESAME_STUDY_DIR/\1", text)
+def shown(text: str, task: str | None = None) -> str:
+    """``text`` with a full-data study's run folders under ``$SESAME_STUDY_DIR`` and an absolute ``--out`` folder under
+    SHOWN_OUT (``/<task>`` when the task is known): the recorded absolute paths are those of the machine that ran the
+    study, which a reader does not have."""
+    out = f"{SHOWN_OUT}/{task}" if task else SHOWN_OUT
+    return re.sub(r"(--out[ =])/\S+", lambda m: m.group(1) + out, STUDY_RUN.sub(r"$SESAME_STUDY_DIR/\1", text))
 
 
 def published(folder: Path | None = None) -> dict[str, dict[str, Any]]:
@@ -67,14 +73,16 @@ def goal_line(task: str, rows: list[dict[str, Any]]) -> str:
 
 
 def readme_section(runs: dict[str, dict[str, Any]]) -> str:
-    """The README's compression results: per task, every variant's size, speed and metric, the Pareto front and
-    the goal, rendered from the published runs."""
+    """PAGE's compression results: per task, every variant's size, speed and metric, the Pareto front and the goal,
+    rendered from the published runs (links relative to PAGE)."""
+    from readme_section import link
+
     lines = []
     for task, run in runs.items():
         rows, points = run["rows"], POINTS[task]
         metric = rows[0]["metric"].removeprefix("val_")
         lines += [f"**{LABELS[task]}** (dev {metric}; teacher `{shown(rows[0]['source'])}`; plot: "
-                  f"[`pareto_{task}.png`](docs/results/compression/pareto_{task}.png)):", "",
+                  f"[`pareto_{task}.png`]({link(RESULTS / f'pareto_{task}.png', PAGE)})):", "",
                   f"| variant | layers | size × | speed × b1 | speed × b32 | {metric} | Δ points | Pareto front |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
@@ -82,7 +90,7 @@ def readme_section(runs: dict[str, dict[str, Any]]) -> str:
             score = "n/a" if r["score"] is None else f"{r['score'] * points:.2f}"
             lines.append(f"| {r['model']} | {r['layers']} | {r['size_ratio']:.2f} | {r['speedup_b1']:.2f} | "
                          f"{r['speedup_b32']:.2f} | {score} | {delta} | {'yes' if r['pareto'] else ''} |")
-        lines += ["", goal_line(task, rows), "", f"Reproduce: `{shown(run['settings'].get('command', '(command not recorded)'))}`", ""]
+        lines += ["", goal_line(task, rows), "", f"Reproduce: `{shown(run['settings'].get('command', '(command not recorded)'), task)}`", ""]
     missing = [LABELS[t] for t in LABELS if t not in runs]
     if missing:
         lines += [f"Not published yet: {', '.join(missing)}.", ""]
@@ -105,7 +113,7 @@ def report_markdown(runs: dict[str, dict[str, Any]]) -> str:
         weights = s.get("int8_weights", "per_tensor")  # runs from before the setting were per tensor
         sizes = [int(k.removeprefix("latency_ms_b")) for k in run["rows"][0] if k.startswith("latency_ms_b")]
         parts += ["", f"## {LABELS[task]}", "",
-                  f"Command: `{shown(s.get('command', '(not recorded)'))}`", "",
+                  f"Command: `{shown(s.get('command', '(not recorded)'), task)}`", "",
                   f"torch {s['torch']} (quantised engine `{s['quantized_engine']}`), {s['threads']} thread(s) for "
                   f"torch and onnxruntime, {s['rounds']} interleaved rounds; pruning --heads {s['heads']} --ffn "
                   f"{s['ffn']} in {s['prune_rounds']} round(s); student --keep {s['keep']}, distillation alpha "
@@ -152,19 +160,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("outs", nargs="*", type=Path, help="--out folders of benchmarks/compression.py runs to publish")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README's section differs from the published runs")
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit 1 if {PAGE.relative_to(REPO)}'s section differs from the published runs")
     args = parser.parse_args(argv)
     runs = publish(args.outs) if args.outs else published()
     if not runs:
         sys.exit(f"error: nothing published in {RESULTS}. Fix: give the --out folders of finished runs")
-    section, readme = readme_section(runs), README.read_text(encoding="utf-8")
+    section, page = readme_section(runs), PAGE.read_text(encoding="utf-8")
     if args.check:
-        same = section_in(readme, README_BEGIN, README_END) == section
-        print("README compression section is up to date" if same else "README compression section differs: rerun without --check")
+        same = section_in(page, README_BEGIN, README_END) == section
+        print(f"{PAGE.relative_to(REPO)}: " + ("up to date" if same else "differs: rerun without --check"))
         sys.exit(0 if same else 1)
     REPORT.write_text(report_markdown(runs), encoding="utf-8")
-    README.write_text(with_section(readme, README_BEGIN, README_END, section, "Compression results"), encoding="utf-8")
-    print(f"wrote {REPORT} and the README's compression section")
+    PAGE.write_text(with_section(page, README_BEGIN, README_END, section, "Compression results"), encoding="utf-8")
+    print(f"wrote {REPORT.relative_to(REPO)} and the compression section of {PAGE.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

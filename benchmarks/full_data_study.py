@@ -49,6 +49,7 @@ Units run small-first, the arms interleaved per seed (seed 1: sesame then hf, se
     python benchmarks/full_data_study.py --sweep                   # the recipe sweep, into <out>/sweep
     python benchmarks/full_data_study.py --arms sesame_best        # its winners on the full data
     python benchmarks/full_data_study.py --report                  # docs/results/full_data_study.md + PNGs
+    python benchmarks/full_data_study.py --readme                  # then docs/results.md's section + README.md's headline
     python benchmarks/full_data_study.py --quick                   # pipeline check on shipped slices (~5 min)
 
 Data: every file is read from $SESAME_DATA_DIR (default ../shared/data relative to the working
@@ -90,7 +91,7 @@ from study_goals import (  # noqa: E402, F401
     speed_arm_reaches,
     speed_cell,
 )
-from study_readme import README, README_BEGIN, README_END, readme_table  # noqa: E402
+from study_readme import README, README_BEGIN, README_END, RESULTS_PAGE, SECTIONS, headline_table, study_section  # noqa: E402, F401
 from study_records import (  # noqa: E402, F401
     NO_FINGERPRINT,
     attempts_cpu_cell,
@@ -167,8 +168,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "90%% of the training file and scored on the other 10%%) into <out>/sweep; its winners are the "
                         "sesame_best arm (--arms sesame_best)")
     parser.add_argument("--readme", action="store_true",
-                        help=f"write the README's summary table from the committed run records ({RUN_RECORDS.relative_to(REPO)}; "
-                        "--report writes them); `--readme --check` exits 1 when the README's table is not that")
+                        help=f"write the study's section of {RESULTS_PAGE.relative_to(REPO)} and the headline table of "
+                        f"README.md from the committed run records ({RUN_RECORDS.relative_to(REPO)}; --report writes them); "
+                        "`--readme --check` exits 1 when a page does not hold what they render")
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -361,13 +363,18 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{i:3d} {unit['task']:10s} {unit['arm']:12s} seed {unit['seed']}: {unit_state(unit_dir(args.out, unit))}")
         return
     if args.readme:
-        table, readme = readme_table(load_records()), README.read_text(encoding="utf-8")
+        records, stale = load_records(), []
+        for section in SECTIONS:
+            text, page = section.render(records), section.page.read_text(encoding="utf-8")
+            if args.check:
+                same = section_in(page, section.begin, section.end) == text
+                print(f"{section.page.relative_to(REPO)}: " + ("up to date" if same else "differs: run --readme"))
+                stale += [] if same else [section.page]
+            else:
+                section.page.write_text(with_section(page, section.begin, section.end, text, section.heading), encoding="utf-8")
+                print(f"wrote the study's section into {section.page.relative_to(REPO)}")
         if args.check:
-            same = section_in(readme, README_BEGIN, README_END) == table
-            print("README table is up to date" if same else "README table differs: run --readme")
-            sys.exit(0 if same else 1)
-        README.write_text(with_section(readme, README_BEGIN, README_END, table, "Full-data results"), encoding="utf-8")
-        print(f"wrote the study's table into {README}")
+            sys.exit(1 if stale else 0)
         return
     if args.report:
         path = write_report(args, args.report_file or (args.base_out / "report" / "full_data_study.md" if args.quick else DEFAULT_REPORT))

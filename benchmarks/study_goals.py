@@ -201,8 +201,8 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
 
 #: What a missed or slow cell was traced to (profile or ablation, with the document that shows it).
 TRACED_CAUSES = [
-    ("Two machines: the study's units ran on a machine booted before 2026-12-04T19:18 and on a fresh one since, and the "
-     "same work costs 1.59x the CPU on the second. The Trainer's CoLA seed 1, rerun there on the same batches, "
+    ("Two machines: the study's units ran first on one machine and then, once it was replaced, on a freshly booted one, "
+     "and the same work costs 1.59x the CPU on the second. The Trainer's CoLA seed 1, rerun there on the same batches, "
      "reproduced the committed run's dev metrics to 1e-7 in 509.6 CPU s against 320.2 s; the load beside a unit moves "
      "step CPU by 3% (`docs/results/full_data_study/machines/README.md`). So a CPU ratio between units of two machines "
      "is not a speed: attempts now record their machine (boot and processor fingerprint), and the speed column "

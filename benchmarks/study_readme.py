@@ -1,19 +1,28 @@
-"""The README's section on the full-data study (``full_data_study.py --readme``), rendered from the committed run
-records: the results table with published figures of other small encoders for context, the NER test F1, the
-goals, and the commands that rebuild each task's best sesame model."""
+"""The full-data study's sections of the pages (``full_data_study.py --readme``), rendered from the committed run
+records: in docs/results.md the results table with published figures of other small encoders for context, the NER
+test F1, the goals, and the commands that rebuild each task's best sesame model; in README.md a short headline table
+that links there. ``SECTIONS`` names each page, its markers and its renderer: ``--readme`` writes them all, ``--readme
+--check`` compares them all."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
 
+from readme_section import link
 from study_goals import arm_points, final_metrics, goal_lines, in_points, points, speed_arm_reaches, speed_column
 from study_time_to_target import SPEED_REF
 from study_units import ORDER, REPO, SWEEP_TASKS, TASKS
 
 
 README = REPO / "README.md"
-README_BEGIN, README_END = "<!-- full-data-study:begin -->", "<!-- full-data-study:end -->"
+#: The page of the documentation site that holds the study's full section.
+RESULTS_PAGE = REPO / "docs" / "results.md"
+README_BEGIN, README_END = "<!-- full-data-study:begin -->", "<!-- full-data-study:end -->"  # on RESULTS_PAGE
+HEADLINE_BEGIN, HEADLINE_END = "<!-- full-data-headline:begin -->", "<!-- full-data-headline:end -->"  # on README
+REPORT_PAGE = REPO / "docs" / "results" / "full_data_study.md"  # written by --report
+RUN_RECORDS_FOLDER = REPO / "docs" / "results" / "full_data_study" / "runs"
 #: Published dev-set figures of other small encoders, for context only (different models and recipes).
 PUBLISHED: dict[str, str] = {
     "rte": "MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ",
@@ -38,8 +47,8 @@ PUBLISHED_NOTES = [
 ]
 
 
-def readme_table(records: list[dict[str, Any]]) -> str:
-    """The README's summary of the study, rendered from the run records (``--readme`` writes it)."""
+def study_section(records: list[dict[str, Any]]) -> str:
+    """The study's section of RESULTS_PAGE, rendered from the run records (``--readme`` writes it)."""
     tta = speed_arm_reaches(records)
     final = functools.partial(final_metrics, records)
     lines = [
@@ -68,7 +77,46 @@ def ner_test_lines(records: list[dict[str, Any]]) -> list[str]:
     return [f"Test F1 of the NER tasks (the best dev epoch's model): {'; '.join(cells)}.", ""] if cells else []
 
 
-#: What the README's section says before its table (part of the rendered section, so it cannot drift from it).
+def headline_table(records: list[dict[str, Any]]) -> str:
+    """The README's headline: each task's dev metric for sesame's default and best recipes against the Trainer, and
+    a link to the full section on RESULTS_PAGE."""
+    final = functools.partial(final_metrics, records)
+    lines = ["| task | dev metric | sesame default | transformers `Trainer` | sesame best recipe |", "|---|---|---|---|---|"]
+    for task in ORDER:
+        main = next((r["main_metric"] for r in records if r["task"] == task), None)
+        metric = main.removeprefix("val_").replace("matthews_correlation", "MCC") if main else "—"
+        best = points(final(task, "sesame_best")) if task in SWEEP_TASKS else "—"
+        lines.append(f"| {TASKS[task]['label']} | {metric} | {points(final(task, 'sesame'))} | "
+                     f"{points(final(task, 'hf'))} | {best} |")
+    return "\n".join([
+        "all-MiniLM-L6-v2 fine-tuned on each task's whole training set and scored on its official dev set, side by side "
+        "with transformers' `Trainer` given the same examples, batches, seeds and recipe. Points, mean ± std over seeds "
+        "(their count in brackets); \"best recipe\" is the winner of a sweep scored on held-out training data (GLUE tasks).", "",
+        *lines, "",
+        f"CPU time to the Trainer's metric, memory, the goals, the causes traced and how to rerun every number: "
+        f"[Results]({link(RESULTS_PAGE, README)}).",
+    ])
+
+
+class Section(NamedTuple):
+    """A generated section: the page, its markers, the heading of a section made where the page has no markers yet,
+    and the renderer of its text from the run records."""
+
+    page: Path
+    begin: str
+    end: str
+    heading: str
+    render: Callable[[list[dict[str, Any]]], str]
+
+
+#: Every section ``--readme`` writes and ``--readme --check`` compares.
+SECTIONS = (
+    Section(RESULTS_PAGE, README_BEGIN, README_END, "Full-data results", study_section),
+    Section(README, HEADLINE_BEGIN, HEADLINE_END, "Results", headline_table),
+)
+
+
+#: What the study's section says before its table (part of the rendered section, so it cannot drift from it).
 README_INTRO = [
     "Every task trained on its whole training set with the default encoder (all-MiniLM-L6-v2), scored on the "
     "official dev set (NER also on test), side by side with transformers' `Trainer` (`AutoModelFor...` on sesame's "
@@ -82,10 +130,11 @@ README_INTRO = [
     "python benchmarks/full_data_study.py --tasks rte --arms sesame,hf --out /tmp/study   # needs $SESAME_DATA_DIR/rte",
     "```",
     "",
-    "`--report --out <folder>` writes the full report, `docs/results/full_data_study.md` (per-epoch dev curves "
+    f"`--report --out <folder>` writes [the full report]({link(REPORT_PAGE, RESULTS_PAGE)}) (per-epoch dev curves "
     "against CPU time, costs, memory, the recipe sweeps chosen on held-out training data), and each run's record "
-    "under `docs/results/full_data_study/runs/` (config, seed, commit, versions, per-validation metrics and times); "
-    "`--readme` writes this section from those records. Figures are points, mean ± std over seeds (their count in "
+    f"under `{RUN_RECORDS_FOLDER.relative_to(REPO)}/` (config, seed, commit, versions, per-validation metrics and times); "
+    "`python benchmarks/full_data_study.py --readme` writes this section and the README's headline table from those "
+    "records, and `--readme --check` says whether both still hold what the records render. Figures are points, mean ± std over seeds (their count in "
     "brackets). `Trainer` trains as transformers' reference scripts do (fp32, randomly ordered batches); `Trainer at "
     "its best` (`hf_fast`) turns on its own length grouping and bf16, the switches that match sesame's speed arms. "
     "The CPU ratio is sesame's CPU time until its dev curve first reaches the final metric of the Trainer at its best, "

@@ -137,7 +137,7 @@ def test_a_full_data_preset_without_its_files_names_sesame_data_dir(make_cfg, tm
     assert stop.value.code == 2
     for words in (f"{empty / relative}: no such file (data.{key}", f"$SESAME_DATA_DIR (set to {empty})",
                   f"Fix: put {relative} there", f"SESAME_DATA_DIR to the folder that holds {relative.split('/')[0]}/",
-                  "README.md, section 'Data'", f"or set data.{key} to your copy"):
+                  "docs/configuration.md, section 'Data'", f"or set data.{key} to your copy"):
         assert words in err, f"{words!r} not in {err!r}"
 
     monkeypatch.delenv("SESAME_DATA_DIR")  # the default folder, relative to where the command runs

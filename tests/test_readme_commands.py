@@ -1,4 +1,6 @@
-"""Every command in a fenced ```bash block of README.md runs on a fresh clone, or says beside it what it needs.
+"""Every command in a fenced ```bash block of README.md and of the documentation site's pages (``docs/*.md``; the
+reports under ``docs/results/`` are records of what was run, and are not checked) runs on a fresh clone, or says
+beside it what it needs.
 
 A fresh clone has the slices shipped in ``data/`` and no ``$SESAME_DATA_DIR`` (here: an empty folder).
 Each command is one of:
@@ -13,11 +15,18 @@ Each command is one of:
   limits appended (the tiny encoder, ``trainer=debug``, a few examples), ``$SESAME_DATA_DIR`` empty.
   ``outputs/<task>/<run>`` and ``multirun/.../<time>`` are run and sweep folders made once by fixtures;
   the commands of one block run in order (``sesame-compress`` makes what the distillation reads).
+
+In a block with ``$ `` prompts, the lines after a command are what it prints: each must parse (JSON, or a Python
+literal) and the command, run here, must print as many lines of the same shape (the same keys, lists of the same
+items, strings and numbers where the page has them). The numbers are the tiny models' here, so the pages call theirs
+illustrative.
 """
 
 from __future__ import annotations
 
+import ast
 import itertools
+import json
 import os
 import re
 import shlex
@@ -25,7 +34,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -38,6 +47,10 @@ from tests.benchmarks import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+#: The pages whose commands are checked: the README and the documentation site's own pages.
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
+#: The page with the layout of $SESAME_DATA_DIR (its "## Data" section).
+DATA_PAGE = REPO / "docs" / "configuration.md"
 DATA_DIR_MARK = "/sesame-data-dir"  # $SESAME_DATA_DIR while composing: files under it are the preset's
 NEEDS = re.compile(r"^needs\s+\S")
 HYDRA_CONFIGS = {"sesame-train": "config", "sesame-eval": "eval"}
@@ -57,8 +70,10 @@ EVAL_LIMITS = {"trainer.enable_progress_bar": "false", "data.max_eval_examples":
 class Command:
     text: str  # continuations joined, the trailing comment removed
     comment: str  # the trailing comment's text, "" if none
-    line: int  # README line where it starts
-    block: int = 0  # which ```bash block (0, 1, ...) of the README holds it
+    line: int  # line of its page where it starts
+    block: int = 0  # which ```bash block (0, 1, ...) of its page holds it
+    page: str = "README.md"  # the page, relative to the repository
+    output: tuple[str, ...] = ()  # in a block with prompts: the lines shown as what it prints
 
     @property
     def needs(self) -> str | None:
@@ -69,7 +84,7 @@ class Command:
         return shlex.split(self.text)
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}: {self.text}"
+        return f"{self.page}:{self.line}: {self.text}"
 
 
 def split_comment(line: str) -> tuple[str, str]:
@@ -85,9 +100,9 @@ def split_comment(line: str) -> tuple[str, str]:
     return line.rstrip(), ""
 
 
-def readme_commands(text: str) -> list[Command]:
+def readme_commands(text: str, page: str = "README.md") -> list[Command]:
     """The commands of every ```bash block. In a block with ``$ `` prompts only the prompted lines (and
-    their continuations) are commands, the rest is output; elsewhere every line but blanks and comments."""
+    their continuations) are commands, the rest is their output; elsewhere every line but blanks and comments."""
     commands: list[Command] = []
     block: list[tuple[int, str]] | None = None
     blocks = 0
@@ -98,21 +113,23 @@ def readme_commands(text: str) -> list[Command]:
                 block = []
             continue
         if stripped.startswith("```"):
-            commands += _block_commands(block, blocks)
+            commands += _block_commands(block, blocks, page)
             block, blocks = None, blocks + 1
         else:
             block.append((number, stripped))
-    assert block is None, "README.md: a ```bash block is not closed"
+    assert block is None, f"{page}: a ```bash block is not closed"
     return commands
 
 
-def _block_commands(block: list[tuple[int, str]], index: int) -> list[Command]:
+def _block_commands(block: list[tuple[int, str]], index: int, page: str) -> list[Command]:
     prompted = any(line.startswith("$ ") for _, line in block)
     commands, parts, start = [], [], 0
     for number, line in block:
         if not parts:  # not inside a continued command
             if prompted and not line.startswith("$ "):
-                continue  # output
+                if commands and line:  # what the command before prints
+                    commands[-1] = replace(commands[-1], output=(*commands[-1].output, line))
+                continue
             line = line[2:] if prompted else line
             if not line or line.startswith("#"):
                 continue
@@ -121,12 +138,13 @@ def _block_commands(block: list[tuple[int, str]], index: int) -> list[Command]:
             parts.append(line[:-1].strip())
             continue
         text, comment = split_comment(line)
-        commands.append(Command(" ".join([*parts, text.strip()]), comment, start, index))
+        commands.append(Command(" ".join([*parts, text.strip()]), comment, start, index, page))
         parts = []
     return commands
 
 
-COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+COMMANDS = [c for path in PAGES
+            for c in readme_commands(path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix())]
 UNIQUE = list({c.text: c for c in COMMANDS}.values())  # a command shown twice runs once
 MARKED = [c for c in UNIQUE if c.needs]
 MAKE = [c for c in UNIQUE if not c.needs and c.words[0] == "make"]
@@ -139,11 +157,73 @@ def test_the_readme_parser_reads_prompts_continuations_comments_and_output():
         "```", "not bash", "```",
         "  ```bash", "  $ echo hi | sesame-predict run \\", "      --n-best 2", "  {\"out\": 1}", "  $ make test", "  ```",
     ])
-    assert readme_commands(text) == [Command("sesame-train a=1 b='x # y'", "needs $SESAME_DATA_DIR/rte", 2, 0),
-                                      Command("echo hi | sesame-predict run --n-best 2", "", 11, 1),
-                                      Command("make test", "", 14, 1)]
+    assert readme_commands(text, "docs/x.md") == [
+        Command("sesame-train a=1 b='x # y'", "needs $SESAME_DATA_DIR/rte", 2, 0, "docs/x.md"),
+        Command("echo hi | sesame-predict run --n-best 2", "", 11, 1, "docs/x.md", ('{"out": 1}',)),
+        Command("make test", "", 14, 1, "docs/x.md")]
     assert Command("x", "needs a GPU", 1).needs and not Command("x", "official EM/F1", 1).needs
-    assert len(COMMANDS) > 30 and MARKED and MAKE and RUN  # the README's own blocks were read
+    assert len(COMMANDS) > 30 and MARKED and MAKE and RUN  # the pages' own blocks were read
+    pages = {c.page for c in COMMANDS}
+    assert {"README.md", "docs/tasks.md", "docs/use.md"} <= pages, pages
+    assert any(c.output for c in RUN), "the shown outputs of the pages were read"
+
+
+def shape(value: object) -> object:
+    """What a printed value is made of: a dict's keys and their shapes, a list's first item's shape, a string or a
+    number (``None`` stands for a number that is missing)."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [shape(value[0])] if value else []
+    if isinstance(value, bool) or value is None:
+        return "number" if value is None else "bool"
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+def same_shape(shown: object, printed: object) -> bool:
+    """``printed`` is made as ``shown`` is; an empty list matches any list (a tiny model may find no entity)."""
+    if isinstance(shown, dict) and isinstance(printed, dict):
+        return shown.keys() == printed.keys() and all(same_shape(shown[k], printed[k]) for k in shown)
+    if isinstance(shown, list) and isinstance(printed, list):
+        return not shown or not printed or same_shape(shown[0], printed[0])
+    return shown == printed
+
+
+def parsed(line: str) -> object:
+    """A line of output as JSON, or else as a Python literal (what ``print`` shows of a list of dicts)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return ast.literal_eval(line)
+
+
+def output_differs(command: Command, stdout: str) -> str | None:
+    """Why what the command printed is not shaped as its page shows, or None."""
+    printed = [line for line in stdout.splitlines() if line.strip()]
+    if len(printed) != len(command.output):
+        return f"printed {len(printed)} line(s), the page shows {len(command.output)}:\n" + "\n".join(printed[-5:])
+    for shown_line, line in zip(command.output, printed):
+        try:
+            value = parsed(line)
+        except (ValueError, SyntaxError):
+            return f"printed a line that is neither JSON nor a Python literal: {line}"
+        if not same_shape(shape(parsed(shown_line)), shape(value)):
+            return f"printed\n  {line}\nwhich is not shaped as the page's\n  {shown_line}"
+    return None
+
+
+def test_the_shape_check_reads_json_and_python_literals():
+    command = Command("x", "", 1, output=('{"label": "1", "probabilities": {"0": 0.1, "1": 0.9}}',
+                                          "[{'label': '1', 'score': 0.98}]"))
+    assert output_differs(command, '{"label": "0", "probabilities": {"0": 0.6, "1": 0.4}}\n[{"label": "0", "score": 1}]\n') is None
+    assert "not shaped" in output_differs(command, '{"label": 0, "probabilities": {"0": 0.6, "1": 0.4}}\n[]\n')
+    assert "printed 1 line(s)" in output_differs(command, '{"label": "0"}\n')
+    entities = Command("x", "", 1, output=('{"entities": [{"type": "person"}], "tags": ["O"]}',))
+    assert output_differs(entities, '{"entities": [], "tags": ["O", "O"]}') is None  # a tiny model finds none
+    assert output_differs(entities, '{"entities": [{"kind": "person"}], "tags": []}') is not None
+    for text in (c.output for c in COMMANDS if c.output):  # every shown output parses
+        for line in text:
+            parsed(line)
 
 
 # --- what a marked command needs, and that its arguments parse ----------------------------------------
@@ -181,7 +261,7 @@ def data_dir_folders(words: list[str], monkeypatch: pytest.MonkeyPatch) -> set[s
     return set()
 
 
-@pytest.mark.parametrize("command", MARKED, ids=[f"line{c.line}" for c in MARKED])
+@pytest.mark.parametrize("command", MARKED, ids=[f"{c.page}:{c.line}" for c in MARKED])
 def test_a_marked_command_parses_and_names_every_data_folder_it_reads(command, monkeypatch):
     named = set(re.findall(r"\$SESAME_DATA_DIR/([\w.-]+)", command.needs))
     needed = data_dir_folders(shlex.split(fill_placeholders(command.text)), monkeypatch)
@@ -191,16 +271,19 @@ def test_a_marked_command_parses_and_names_every_data_folder_it_reads(command, m
     assert needed or not named, f"{command}: reads nothing under $SESAME_DATA_DIR; the marker should say what it needs"
 
 
-@pytest.mark.parametrize("command", MAKE, ids=[f"line{c.line}" for c in MAKE])
+@pytest.mark.parametrize("command", MAKE, ids=[f"{c.page}:{c.line}" for c in MAKE])
 def test_a_make_command_names_a_target_of_the_makefile(command):
     out = subprocess.run(["make", "-n", *command.words[1:]], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, f"{command}: {out.stderr}"
 
 
 def test_the_data_table_lists_every_file_a_preset_reads(monkeypatch):
-    """The README's layout of $SESAME_DATA_DIR names each data preset and every file it reads there."""
-    readme = README.read_text(encoding="utf-8")
-    section = readme[readme.index("\n## Data\n"):readme.index("\n## ", readme.index("\n## Data\n") + 1)]
+    """The layout of $SESAME_DATA_DIR (docs/configuration.md, "Data") names each data preset and every file it
+    reads there."""
+    text = DATA_PAGE.read_text(encoding="utf-8")
+    start = text.index("\n## Data\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end > 0 else len(text)]
     monkeypatch.setenv("SESAME_DATA_DIR", DATA_DIR_MARK)
     presets = sorted(p.stem for p in (REPO / "conf" / "data").glob("*.yaml"))
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
@@ -211,11 +294,11 @@ def test_the_data_table_lists_every_file_a_preset_reads(monkeypatch):
                      if k.endswith("_file") and isinstance(v, str) and v.startswith("${data_dir:")]
             if not files:
                 continue  # shipped slices, or the user's own files
-            assert f"`{preset}`" in section, f"README.md 'Data' has no row for the preset {preset}"
+            assert f"`{preset}`" in section, f"{DATA_PAGE.name} 'Data' has no row for the preset {preset}"
             for file in files:
                 folder, name = file.split("/", 1)
                 assert f"`{file}`" in section or (f"`{folder}/" in section and f"/{name}`" in section), \
-                    f"README.md 'Data' does not list {file} (data={preset})"
+                    f"{DATA_PAGE.name} 'Data' does not list {file} (data={preset})"
 
 
 # --- commands that run ---------------------------------------------------------------------------------
@@ -266,8 +349,8 @@ def with_limits(command: Command, tiny: Path, n: int) -> str:
 def workspace(tiny_bert_dir, tmp_path_factory) -> Path:
     """A folder like a fresh clone's root (``data/``, ``benchmarks/``) holding a tiny GLUE sweep
     (``multirun/glue/sweep``, ``pooling=pooler,cls``: its first job is ``outputs/glue/run``, as ``make run``
-    makes one (``pooling=pooler``, the default, which ``--format hf`` exports)) and tiny SQuAD and NER runs
-    (``outputs/<task>/run``)."""
+    makes one (``pooling=pooler``, the default, which ``--format hf`` exports)) and tiny SQuAD, NER and
+    multiple-choice runs (``outputs/<task>/run``)."""
     workspace = tmp_path_factory.mktemp("readme") / "clone"
     workspace.mkdir()
     for folder in ("data", "benchmarks"):
@@ -275,8 +358,9 @@ def workspace(tiny_bert_dir, tmp_path_factory) -> Path:
     limits = " ".join(_limits([], TRAIN_LIMITS, tiny_bert_dir) + ["trainer.log_every_n_steps=1"])
     lines = (f"sesame-train --multirun pooling=pooler,cls {limits} hydra.sweep.dir=multirun/glue/sweep",
              f"sesame-train task=squad_v1 {limits} hydra.run.dir=outputs/squad_v1/run",
-             f"sesame-train task=ner {limits} hydra.run.dir=outputs/ner/run")
-    with ThreadPoolExecutor(WORKERS) as pool:  # three independent runs
+             f"sesame-train task=ner {limits} hydra.run.dir=outputs/ner/run",
+             f"sesame-train task=multiple_choice {limits} hydra.run.dir=outputs/multiple_choice/run")
+    with ThreadPoolExecutor(WORKERS) as pool:  # independent runs
         for line, out in zip(lines, pool.map(lambda line: _shell(line, workspace), lines)):
             assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
     (workspace / "outputs" / "glue").mkdir()
@@ -285,11 +369,13 @@ def workspace(tiny_bert_dir, tmp_path_factory) -> Path:
 
 
 def test_every_unmarked_command_runs_on_a_fresh_clone(workspace, tiny_bert_dir):
-    """A block's commands in README order (its later commands read what its earlier ones made); blocks
+    """A block's commands in page order (its later commands read what its earlier ones made); blocks
     side by side, as each command is one single-threaded process. Each failure is reported with its
-    line, the command as run and its last output."""
+    page and line, the command as run and its last output; a command shown with its output must print
+    lines of that shape."""
     numbered = list(enumerate(RUN))
-    blocks = [[(n, c) for n, c in numbered if c.block == b] for b in dict.fromkeys(c.block for c in RUN)]
+    keys = dict.fromkeys((c.page, c.block) for c in RUN)
+    blocks = [[(n, c) for n, c in numbered if (c.page, c.block) == key] for key in keys]
 
     def run_block(block: list[tuple[int, Command]]) -> list[str]:
         failures = []
@@ -300,6 +386,8 @@ def test_every_unmarked_command_runs_on_a_fresh_clone(workspace, tiny_bert_dir):
             print(f"{time.monotonic() - start:6.1f} s  {command}")  # pytest -s shows where the time goes
             if out.returncode != 0:
                 failures.append(f"{command}\n  ran: {line}\n  exit {out.returncode}: {(out.stderr or out.stdout)[-1500:]}")
+            elif command.output and (why := output_differs(command, out.stdout)):
+                failures.append(f"{command}\n  ran: {line}\n  {why}")
         return failures
 
     with ThreadPoolExecutor(WORKERS) as pool:

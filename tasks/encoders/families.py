@@ -4,7 +4,7 @@ Most of what differs between families is found from the model and tokenizer them
 forward's arguments, the layer stack by shape, the tokenizer's template and offsets). What cannot
 be found that way is a record here, keyed by ``config.model_type``: where the sequence-summary
 token sits, whether the layers share their weights, whether the family takes global attention.
-Families the table does not name behave like BERT. The README's "Encoder families" table lists
+Families the table does not name behave like BERT. The "Encoder families" table of docs/encoders.md lists
 what each tested family supports (rendered from the tests' results by ``tests/families/table.py``).
 """
 

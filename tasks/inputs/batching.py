@@ -178,7 +178,7 @@ class PaddingCollator:
     float32 (so a regression target stays a float), bools stay bool.
 
     ``grouped`` names the fields that hold a group of sequences per example (multiple choice: one
-    token sequence per candidate, [G][T_g]): they are padded on both axes into [B, G_max, T_max],
+    token sequence per candidate, ``[G][T_g]``): they are padded on both axes into [B, G_max, T_max],
     a missing member being all padding (an all-zero ``attention_mask`` row says it is absent).
 
     ``multiple_of`` (``data.pad_to_multiple_of``) rounds T_max up to a multiple of it, never past

@@ -1,5 +1,6 @@
-"""benchmarks/compression_report.py: issue 27's goals checked on the rows, the README section rendered from the
-published runs (and the README holding exactly that), and publishing refusing what it must not publish."""
+"""benchmarks/compression_report.py: the compression goals checked on the rows, the section of docs/compression.md
+rendered from the published runs (and the page holding exactly that, with no folder of the machine that measured
+them), and publishing refusing what it must not publish."""
 
 from __future__ import annotations
 
@@ -46,14 +47,26 @@ def test_the_readme_section_renders_every_variant_and_the_goal(report):
 
 
 def test_the_readme_holds_what_the_published_runs_render(report):
-    readme = report.README.read_text(encoding="utf-8")
+    """docs/compression.md (the name is kept: it is the check other documents cite)."""
+    page = report.PAGE.read_text(encoding="utf-8")
     from readme_section import section_in  # benchmarks/ is on sys.path once a benchmark is loaded
 
-    section = section_in(readme, report.README_BEGIN, report.README_END)
-    if section is None:  # the table goes into the README once a full-data run is published (issue 27)
+    section = section_in(page, report.README_BEGIN, report.README_END)
+    if section is None:  # the table goes onto the page once a full-data run is published
         assert not report.published(), "run: python benchmarks/compression_report.py"
         return
     assert section == report.readme_section(report.published()), "run: python benchmarks/compression_report.py"
+    assert "](results/compression/pareto_" in section  # links relative to the page
+
+
+def test_shown_commands_name_folders_a_reader_has(report):
+    command = ("python benchmarks/compression.py --tasks sst2 --sst2-run /srv/x/study/units/sst2/sesame_fast/seed1/run "
+               "--threads 1 --out /srv/x/compress/out")
+    assert report.shown(command, "sst2") == (
+        "python benchmarks/compression.py --tasks sst2 --sst2-run $SESAME_STUDY_DIR/units/sst2/sesame_fast/seed1/run "
+        "--threads 1 --out outputs/benchmarks/compression/sst2")
+    assert report.shown("x --out=/a/b", None) == "x --out=outputs/benchmarks/compression"
+    assert report.shown("x --out outputs/mine") == "x --out outputs/mine"  # a relative folder is the reader's own
 
 
 def test_a_quick_or_missing_run_is_not_published(report, tmp_path, monkeypatch):

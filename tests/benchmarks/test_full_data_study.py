@@ -164,7 +164,7 @@ def test_a_check_the_trainer_did_not_make_cannot_decide_the_race(fds):
     # the reference is the Trainer at its best: no hf_fast run, no speed row; the plain Trainer is not a stand-in
     plain = {**ref, "arm": "hf"}
     assert fds.mean_time_to_accuracy([plain, fast], "sesame_fast") == []
-    table = fds.readme_table([plain, fast, {**fast, "arm": "sesame"}])
+    table = fds.study_section([plain, fast, {**fast, "arm": "sesame"}])
     assert "| MRPC | f1 | 61.00 (1) | 61.00 (1) | not run | running | not measured against the Trainer at its best |" in table
 
 
@@ -234,12 +234,12 @@ def test_committed_run_records_restore_as_finished_units_and_write_back_unchange
     assert json.loads((again / "rte_hf_seed1.json").read_text())["final"]["val_accuracy"] == 0.7
 
 
-def test_the_readme_table_renders_the_run_records_in_points_with_reach_ratios(fds):
+def test_the_study_section_renders_the_run_records_in_points_with_reach_ratios(fds):
     records = [fake_result("rte", "sesame", s, [0.55, v], 100.0) for s, v in ((1, 0.60), (2, 0.62))]
     records += [fake_result("rte", "hf", s, [0.55, v], 120.0) for s, v in ((1, 0.61), (2, 0.61))]
     records += [fake_result("rte", "hf_fast", s, [0.58, 0.61], 60.0) for s in (1, 2)]
     records += [fake_result("rte", "sesame_fast", 1, [0.62, 0.63], 30.0)]
-    table = fds.readme_table(records)
+    table = fds.study_section(records)
     row = next(line for line in table.splitlines() if line.startswith("| RTE |"))
     # the speed cell: the fastest arm whose own metric holds against the Trainer at its best (fast: 63 against 61),
     # its 30 CPU s to 0.61 over the best Trainer's 120 s to the same point
@@ -247,14 +247,14 @@ def test_the_readme_table_renders_the_run_records_in_points_with_reach_ratios(fd
                    "| MiniLM-L6 68.8ᵃ, DistilBERT 59.9ᵇ |")
     # an arm that reaches sooner but ends below the Trainer does not count: the default's ratio is the cell
     low = [fake_result("rte", "sesame_fast", 1, [0.62, 0.50], 30.0)]
-    row = next(line for line in fds.readme_table(records[:6] + low).splitlines() if line.startswith("| RTE |"))
+    row = next(line for line in fds.study_section(records[:6] + low).splitlines() if line.startswith("| RTE |"))
     assert "| running | 1.67x `sesame` | MiniLM-L6" in row
     assert "| SST-2 | — | running |" in table and "arXiv:1910.01108, Table 1" in table
     assert "Test F1" not in table  # no NER run yet
     ner = [fake_result("wnut17", arm, 1, [0.5, 0.55], 100.0, metric="val_f1") for arm in ("sesame", "hf")]
     ner[0]["best"]["test_f1"], ner[1]["best"]["test_f1"] = 0.481, 0.47
     assert ("Test F1 of the NER tasks (the best dev epoch's model): WNUT-17 sesame 48.10 (1), Trainer 47.00 (1)."
-            in fds.readme_table(records + ner))
+            in fds.study_section(records + ner))
     # the best sesame run (fast, 0.63) is rebuilt by its own overrides, the study's bookkeeping left out
     assert ("sesame-train +experiment=full_rte seed=1 hydra.run.dir=outputs/full/rte   "
             "# needs $SESAME_DATA_DIR/rte; sesame_fast, accuracy 63.00") in table
@@ -264,7 +264,7 @@ def test_squad_metrics_come_in_points_and_are_not_scaled_again(fds):
     # the official SQuAD rules score in points (F1 64.7), the GLUE and NER scorers in fractions (0.647)
     records = [fake_result("squad_v1", "sesame", 1, [60.1, 64.2], 100.0, metric="val_f1"),
                fake_result("squad_v1", "hf", 1, [58.0, 64.7], 120.0, metric="val_f1")]
-    table = fds.readme_table(records)
+    table = fds.study_section(records)
     assert "| SQuAD v1.1 | f1 | 64.20 (1) | 64.70 (1) | not run | (no sweep) |" in table
     # half a point under a one-seed Trainer: within goal 1's point, not 50 points under it
     assert "| SQuAD v1.1 | -0.50 (≥ -1.00: yes) |" in table
@@ -272,12 +272,23 @@ def test_squad_metrics_come_in_points_and_are_not_scaled_again(fds):
 
 
 def test_the_readme_holds_what_the_committed_run_records_render(fds):
-    readme = fds.README.read_text(encoding="utf-8")
-    section = fds.section_in(readme, fds.README_BEGIN, fds.README_END)
-    if section is None:  # the table goes into the README once every unit has finished (issue 25)
-        assert "full-data-study:begin" not in readme
-        return
-    assert section == fds.readme_table(fds.load_records()), "run: python benchmarks/full_data_study.py --readme"
+    """docs/results.md's section and README.md's headline table are what the committed run records render (the
+    name is kept: it is the check other documents cite)."""
+    records = fds.load_records()
+    assert {s.page for s in fds.SECTIONS} == {fds.README, fds.RESULTS_PAGE}
+    for section in fds.SECTIONS:
+        page = section.page.read_text(encoding="utf-8")
+        assert fds.section_in(page, section.begin, section.end) == section.render(records), (
+            f"{section.page.name}: run python benchmarks/full_data_study.py --readme")
+    assert "full-data-study:begin" not in fds.README.read_text(encoding="utf-8"), "the full section lives in docs/results.md"
+
+
+def test_the_headline_table_has_a_row_per_task_and_links_the_results_page(fds):
+    records = [fake_result("rte", "sesame", 1, [0.55, 0.60], 100.0), fake_result("rte", "hf", 1, [0.5, 0.58], 120.0)]
+    table = fds.headline_table(records)
+    assert "| RTE | accuracy | 60.00 (1) | 58.00 (1) |" in table
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 1 + len(fds.ORDER)  # the header and a row per task
+    assert "[Results](docs/results.md)" in table
 
 
 @pytest.mark.parametrize("kind", ["sequence", "qa"])

@@ -1,13 +1,13 @@
-"""The encoder-family matrix: its features (the README table's columns), the declared outcome of every
+"""The encoder-family matrix: its features (the columns of docs/encoders.md's table), the declared outcome of every
 (family, feature) cell, the settings of each family's runs, and the recorder of the outcomes.
 
 Each matrix test computes its cell's outcome from what actually happened (``yes``, with a note
 where the behaviour differs between families, or ``no: <reason>`` taken from the ConfigError sesame
 raised: :func:`reason_of`), records it, and asserts it equals the declaration in :data:`DECLARED`.
 With ``SESAME_FAMILY_RESULTS=<file>`` the session writes the recorded outcomes there
-(``docs/results/encoder_families.json``), from which ``tests/families/table.py`` renders the README's
-table; ``test_table.py`` checks that the committed file holds exactly the declared cells and that the
-README shows exactly what it renders.
+(``docs/results/encoder_families.json``), from which ``tests/families/table.py`` renders the table of
+``docs/encoders.md``; ``test_table.py`` checks that the committed file holds exactly the declared cells and that
+the page shows exactly what it renders.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""The README's "Encoder families" table, rendered from the matrix tests' results.
+"""The "Encoder families" table of the documentation site (``docs/encoders.md``, PAGE), rendered from the matrix
+tests' results.
 
     SESAME_FAMILY_RESULTS=docs/results/encoder_families.json pytest tests/families   # record the outcomes
-    python -m tests.families.table                                                   # render them into README.md
+    python -m tests.families.table                                                   # render them into docs/encoders.md
 
-``python -m tests.families.table --check`` exits 1 when README.md is not what the results render
+``python -m tests.families.table --check`` exits 1 when the page is not what the results render
 (``test_table.py`` checks the same).
 """
 
@@ -18,7 +19,8 @@ from benchmarks.readme_section import section_in, with_section
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results" / "encoder_families.json"
-README = ROOT / "README.md"
+#: The page that holds the table between BEGIN and END.
+PAGE = ROOT / "docs" / "encoders.md"
 BEGIN, END = "<!-- families:begin -->", "<!-- families:end -->"
 
 TOKENIZERS = {"wordpiece": "WordPiece", "bytelevel_bpe": "byte-level BPE", "unigram": "SentencePiece Unigram",
@@ -66,8 +68,8 @@ def render(results: dict) -> str:
 
 
 def readme_with_table(readme: str, results: dict) -> str:
-    """``readme`` with the section between the markers replaced (or a new "Encoder families" section
-    appended when it has none)."""
+    """``readme`` (PAGE's text) with the section between the markers replaced (or a new "Encoder families"
+    section appended when it has none)."""
     return with_section(readme, BEGIN, END, render(results), "Encoder families")
 
 
@@ -78,18 +80,18 @@ def table_in(readme: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--readme", type=Path, default=README)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README's table is not the rendered one")
+    parser.add_argument("--page", "--readme", type=Path, default=PAGE, help="the page holding the table (default %(default)s)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page's table is not the rendered one")
     args = parser.parse_args(argv)
     results = json.loads(args.results.read_text(encoding="utf-8"))
-    readme = args.readme.read_text(encoding="utf-8")
+    readme = args.page.read_text(encoding="utf-8")
     if args.check:
         same = table_in(readme) == render(results)
-        print("README table is up to date" if same else f"README table differs from {args.results}: "
+        print(f"{args.page}: table is up to date" if same else f"{args.page}: table differs from {args.results}: "
               "run python -m tests.families.table")
         return 0 if same else 1
-    args.readme.write_text(readme_with_table(readme, results), encoding="utf-8")
-    print(f"wrote the table of {args.results} into {args.readme}")
+    args.page.write_text(readme_with_table(readme, results), encoding="utf-8")
+    print(f"wrote the table of {args.results} into {args.page}")
     return 0
 
 

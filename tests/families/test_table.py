@@ -1,4 +1,4 @@
-"""The README's encoder-family table is what the committed results render, and the committed results
+"""The encoder-family table of docs/encoders.md is what the committed results render, and the committed results
 are exactly the cells the matrix tests assert (``cells.DECLARED``)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.families import cells
-from tests.families.table import README, RESULTS, readme_with_table, render, table_in
+from tests.families.table import PAGE, RESULTS, readme_with_table, render, table_in
 
 
 def committed() -> dict:
@@ -20,7 +20,7 @@ def test_the_committed_results_hold_every_declared_cell_and_nothing_else():
 
 
 def test_the_readme_table_is_rendered_from_the_committed_results():
-    readme = README.read_text(encoding="utf-8")
+    readme = PAGE.read_text(encoding="utf-8")
     assert table_in(readme) == render(committed()), "run: python -m tests.families.table"
     assert readme_with_table(readme, committed()) == readme
 
