@@ -22,7 +22,7 @@ from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.inputs.holdout import holdout_indices
 from sesame.tasks.encoders.encoder import check_max_seq_length
-from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.glue.readers import (
     encode_labels,
     encode_multi_labels,
@@ -133,6 +133,17 @@ class TableDataModule(SentenceDataModule):
         spec = self.spec
         table, file = read_table(getattr(self.settings, key), spec.text_a, spec.text_b, spec.label, key=key,
                                  labels_as_text=spec.multi_label)
+        # A line with fewer fields than the header (or an empty cell) reads as None: as a label it was a class
+        # 'None' of its own (and made the column's integers floats, '1' -> '1.0'), as a text the word 'None'.
+        # A multi-label example may have no labels, and an evaluation file's labels may be absent.
+        needed = [(spec.text_a, "text_column"), (spec.text_b, "text_pair_column")]
+        if require_labels and not spec.multi_label:
+            needed.append((spec.label, "label_column"))
+        for column, setting in needed:
+            gap = next((i for i, value in enumerate(table[column]) if value is None), None) if column else None
+            if gap is not None:
+                raise DataError(f"{file}:{gap + first_data_line(file)}: nothing in column {column!r} (data.{setting}): "
+                                "the line has fewer fields than the header, or the field is empty. Fix or remove this line")
         raw = list(table[spec.label])
         if not spec.is_regression and not spec.labels:
             # Label set from the training data, sorted so the mapping is the same on every run.

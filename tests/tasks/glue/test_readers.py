@@ -60,3 +60,38 @@ def test_generic_table_columns(tmp_path):
     assert table["review"] == ["good", "bad"]
     with pytest.raises(DataError, match=r"missing column\(s\) \['label'\]"):
         read_table(path, "review", None, "label")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    # a line with fewer fields than the header: its label was read as a class 'None' of its own (and the
+    # column's integers as floats, so the dev file's '1' was "unknown"), its missing text as the word 'None'
+    ("train.tsv", "sentence\tlabel\ngood film\t1\nno label here\nbad film\t0\n",
+     r"train.tsv:3: nothing in column 'label' \(data.label_column\): the line has fewer fields"),
+    ("train.csv", "stars,review\n1,good film\n0\n", r"train.csv:3: nothing in column 'review' \(data.text_column\)"),
+    ("train.jsonl", '{"review": "good", "stars": 1}\n{"review": "bad"}\n', r"train.jsonl:2: nothing in column 'stars'"),
+])
+def test_a_table_line_without_its_text_or_label_is_named(make_cfg, tmp_path, name, content, message):
+    from sesame.tasks.runs.runner import build_datamodule
+
+    path = tmp_path / name
+    path.write_text(content)
+    column = "sentence" if name.endswith(".tsv") else "review"
+    dm = build_datamodule(make_cfg("task=text_classification", f"data.train_file={path}", "data.validation_file=null",
+                                   f"data.text_column={column}", "data.label_column=" + ("label" if name.endswith(".tsv") else "stars")))
+    with pytest.raises(DataError, match=message):
+        dm.setup("fit")
+
+
+def test_an_evaluation_table_may_leave_labels_out_and_a_multi_label_example_may_have_none(make_cfg, tmp_path):
+    from sesame.tasks.runs.runner import build_datamodule
+
+    train = tmp_path / "train.tsv"
+    train.write_text("text\tlabels\ngood film\ta|b\nno labels\t\nbad film\tb\n")
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("text\tlabels\ngood\ta\nunlabelled\n")
+    dm = build_datamodule(make_cfg("task=text_classification", f"data.train_file={train}", f"data.validation_file={dev}",
+                                   "data.text_column=text", "data.label_column=labels", "data.multi_label=true",
+                                   "data.metrics=[f1_micro,f1_macro]"))
+    dm.setup("fit")
+    assert dm.dataset("train")["labels"] == [[1.0, 1.0], [0.0, 0.0], [0.0, 1.0]]
+    assert len(dm.dataset("validation")) == 2
