@@ -6,7 +6,8 @@ command line again. Environment:
 - ``KILL=train|validation:STEP:SIGNAL``: every rank sends itself SIGNAL after that training step, or
   during the validation after it (never during the sanity check).
 - ``RECORD_BATCHES=1``: each rank writes ``train_batches_rank<R>.json`` into RUN_DIR at the end of fit:
-  per training step, the real tokens (``input_ids`` where ``attention_mask``) of each of its examples.
+  per training step, the real tokens (``input_ids`` where ``attention_mask``) of each of its examples
+  (of each member of a group of sequences).
 """
 
 import json
@@ -41,13 +42,21 @@ class Kill(L.Callback):
         self._kill(trainer, "validation")
 
 
+def real_tokens(ids: list, mask: list) -> list:
+    """An example's tokens where ``mask`` is set: ``[T]`` -> the real tokens; a group of sequences
+    ``[G][T]`` (multiple choice) -> those of each member that has any (a batch pads groups to its largest)."""
+    if ids and isinstance(ids[0], list):
+        return [members for members in (real_tokens(i, m) for i, m in zip(ids, mask)) if members]
+    return [t for t, real in zip(ids, mask) if real]
+
+
 class RecordBatches(L.Callback):
     def __init__(self, run_dir: str) -> None:
         self.run_dir, self.batches = Path(run_dir), []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         rows = zip(batch["input_ids"].tolist(), batch["attention_mask"].bool().tolist())
-        self.batches.append([[t for t, real in zip(ids, mask) if real] for ids, mask in rows])
+        self.batches.append([real_tokens(ids, mask) for ids, mask in rows])
 
     def on_train_end(self, trainer, pl_module):
         path = self.run_dir / f"train_batches_rank{trainer.global_rank}.json"
