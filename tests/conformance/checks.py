@@ -52,7 +52,7 @@ def run_config(folder: Path) -> dict[str, Any]:
 def assert_same_metrics(got: Mapping[str, Any], want: Mapping[str, Any], tol: float = 1e-6,
                         keys: Iterable[str] | None = None) -> None:
     """Every metric of ``keys`` (default: each ``val_*`` of ``want``) in ``got``, equal within ``tol``
-    (absolute, or relative for large values: SQuAD's are in percent); None only where None."""
+    (absolute); None only where None."""
     keys = [k for k in want if k.startswith("val_")] if keys is None else list(keys)
     assert keys, f"no metrics to compare in {sorted(want)}"
     for key in keys:
@@ -61,7 +61,7 @@ def assert_same_metrics(got: Mapping[str, Any], want: Mapping[str, Any], tol: fl
         if a is None or b is None:
             assert a is b, f"{key}: {a} != {b}"
         else:
-            assert math.isclose(a, b, rel_tol=tol, abs_tol=tol), f"{key}: {a!r} != {b!r}"
+            assert abs(a - b) <= tol, f"{key}: {a!r} != {b!r}"
 
 
 def dev_batches(trained: TrainedModel, batch_size: int = 7) -> list[dict]:
