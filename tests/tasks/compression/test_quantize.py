@@ -5,52 +5,15 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from hydra.utils import get_class
-from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
 from sesame.tasks.saved.checkpoints import load_trained
-from sesame.tasks.saved.int8 import count_quantized_linear, is_quantized, quantize_module
+from sesame.tasks.saved.int8 import count_quantized_linear, is_quantized
 from sesame.tasks.compression.quantize import quantize_checkpoint
 from sesame.tasks.runs.evaluation import evaluate
-from sesame.tasks.runs.runner import build_datamodule, config_with_data, train
+from sesame.tasks.runs.runner import train
 
-TASKS = {"glue": ("task=glue",), "ner": ("task=ner",), "squad_v1": ("task=squad_v1", "data.max_eval_examples=8")}
-
-
-def _module_and_batch(make_cfg, task):
-    cfg = make_cfg(*TASKS[task])
-    dm = build_datamodule(cfg)
-    dm.setup("fit")
-    cfg = config_with_data(cfg, dm)
-    torch.manual_seed(0)
-    module = get_class(cfg.task.module)(cfg).eval()
-    return module, next(iter(dm.val_dataloader()))
-
-
-def _as_tuple(out):
-    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
-
-
-@pytest.mark.parametrize("task", sorted(TASKS))
-def test_quantized_logits_stay_close_to_float(make_cfg, task):
-    module, batch = _module_and_batch(make_cfg, task)
-    with torch.no_grad():
-        expected = _as_tuple(module(batch))
-    linear_before = sum(type(m) is nn.Linear for m in module.modules())
-    quantize_module(module)
-    quantized, left = count_quantized_linear(module)
-    assert left == 0 and quantized == linear_before > 0
-    assert isinstance(module.encoder.model.encoder.layer[0].attention.self.query, DynamicLinear)
-    with torch.no_grad():
-        got = _as_tuple(module(batch))
-    for g, e in zip(got, expected):
-        real = e > torch.finfo(e.dtype).min / 4  # QA: positions outside the context are a fixed fill value
-        scale = e[real].abs().max()
-        err = (g[real] - e[real]).abs().max()
-        assert err <= 0.05 * scale + 1e-3, f"{task}: int8 error {err:.4f} for logits up to {scale:.4f}"
-        assert not torch.equal(g, e)  # it really runs int8 kernels
+# Every linear layer converted, the outputs close to the float model's and not equal to them, for every
+# task's trained run: tests/conformance/test_compression.py.
 
 
 @pytest.fixture(scope="module")

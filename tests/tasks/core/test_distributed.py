@@ -82,12 +82,12 @@ WHOLE_EPOCH = {"glue": (32, 4), "ner": (32, 4), "squad_v1": (14, 3)}
 ZERO_GRADIENT = {"squad_v1": ("head.qa_outputs.bias", "encoder.model.encoder.layer.3.output.LayerNorm.bias")}
 
 
-@pytest.mark.parametrize("grouped", ["false", "true"], ids=["shuffled", "grouped"])
+# Shuffled batches (data.group_by_length=false) of every task: tests/conformance/test_training.py's DDP check.
 @pytest.mark.parametrize("task", ["glue", "ner", "squad_v1"])
-def test_ddp_training_on_two_processes_sees_the_batches_and_metrics_of_one_with_the_global_batch(
-        no_dropout_bert, make_cfg, tmp_path, monkeypatch, task, grouped):
+def test_ddp_training_on_two_processes_sees_the_length_grouped_batches_and_metrics_of_one_with_the_global_batch(
+        no_dropout_bert, make_cfg, tmp_path, monkeypatch, task):
     examples, steps = WHOLE_EPOCH[task]
-    overrides = [f"task={task}", f"data.group_by_length={grouped}", f"data.max_train_examples={examples}",
+    overrides = [f"task={task}", "data.group_by_length=true", f"data.max_train_examples={examples}",
                  "data.max_eval_examples=24",
                  "trainer.limit_train_batches=null", "trainer.limit_val_batches=null",
                  *([] if task == "squad_v1" else ["head.dropout=0"])]

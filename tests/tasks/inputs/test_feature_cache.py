@@ -16,17 +16,8 @@ def _frozen(make_cfg, cache_dir, *extra):
                     "data.max_train_examples=96", "data.max_eval_examples=96", f"cache.dir={cache_dir}", *extra)
 
 
-def test_cached_run_gives_the_metrics_of_an_uncached_run(make_cfg, tmp_path, monkeypatch):
-    plain = train(_frozen(make_cfg, tmp_path / "cache"), tmp_path / "plain")
-    cached = train(_frozen(make_cfg, tmp_path / "cache", "cache.enabled=true"), tmp_path / "cached")
-    assert cached == pytest.approx(plain, rel=1e-5)
-    assert len(list_entries(tmp_path / "cache")) == 1
-    # A second cached run reads the entry and never runs the encoder.
-    calls = []
-    original = Encoder.forward
-    monkeypatch.setattr(Encoder, "forward", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
-    again = train(_frozen(make_cfg, tmp_path / "cache", "cache.enabled=true"), tmp_path / "again")
-    assert again == cached and calls == []
+# A cached run gives the metrics of an uncached one and a second reads the entry without running the encoder,
+# for every task: tests/conformance/test_training.py.
 
 
 def _encoder_and_loaders(make_cfg, cache_dir, *extra):

@@ -1,6 +1,6 @@
-"""Multiple choice trained and evaluated: the metrics are the prediction file's, evaluation of the saved
-model gives them again, the network's scores do not depend on the batch's padding (tokens or endings),
-and the frozen feature cache and distillation work on groups of sequences."""
+"""Multiple choice trained and evaluated: the metrics are the prediction file's and the network's scores do
+not depend on the batch's padding (tokens or endings). Evaluation of the saved model, the frozen feature
+cache and distillation are every task's checks (tests/conformance/)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,7 @@ import torch
 from sesame.tasks.core.paths import shipped_path
 from sesame.tasks.multiple_choice.data import choice_collator, encode_questions
 from sesame.tasks.multiple_choice.readers import ChoiceQuestion, read_choices
-from sesame.tasks.runs.evaluation import evaluate
-from sesame.tasks.runs.runner import train
 from sesame.tasks.saved.checkpoints import load_trained
-from tests.tasks.multiple_choice.conftest import RUN
 
 
 def _predictions(path: Path) -> dict[int, dict]:
@@ -36,14 +33,6 @@ def test_the_logged_accuracy_is_the_prediction_files(choice_run):
     assert len({tuple(r["probabilities"]) for r in written.values()}) > 1  # trained, not uniform
 
 
-def test_evaluating_the_saved_model_gives_the_training_metrics(choice_run, make_cfg, tmp_path):
-    again = evaluate(make_cfg(f"++model={choice_run}", "task=multiple_choice"), tmp_path)
-    trained = json.loads((choice_run / "metrics.json").read_text())
-    assert again["val_accuracy"] == pytest.approx(trained["val_accuracy"])
-    assert again["val_loss"] == pytest.approx(trained["val_loss"], rel=1e-5)
-    assert _predictions(tmp_path / "val_predictions.jsonl") == _predictions(choice_run / "val_predictions.jsonl")
-
-
 def test_scores_do_not_depend_on_padding_of_tokens_or_endings(choice_run):
     trained = load_trained(choice_run)
     module, tokenizer = trained.module.eval(), trained.tokenizer()
@@ -59,19 +48,3 @@ def test_scores_do_not_depend_on_padding_of_tokens_or_endings(choice_run):
     torch.testing.assert_close(both[0, :2], one[0], rtol=1e-5, atol=1e-5)
     assert (both[0, 2:] < -1e30).all() and both[0].softmax(-1)[2:].sum() == 0  # endings it does not have
 
-
-def test_a_frozen_run_with_the_feature_cache_equals_one_without(make_cfg, tmp_path):
-    frozen = [*RUN, "finetune=frozen", "fusion=scalar_mix", f"cache.dir={tmp_path / 'cache'}"]
-    plain = train(make_cfg(*frozen), tmp_path / "plain")
-    cached = train(make_cfg(*frozen, "cache.enabled=true"), tmp_path / "cached")
-    assert cached == pytest.approx(plain, rel=1e-5)
-    assert any((tmp_path / "cache").iterdir())
-
-
-def test_a_student_distils_from_a_multiple_choice_teacher(choice_run, make_cfg, tmp_path):
-    metrics = train(make_cfg(*RUN, f"distill.teacher={choice_run}", "distill.alpha=0.5", "distill.cache=true",
-                             f"distill.cache_dir={tmp_path / 'logits'}"), tmp_path / "student")
-    assert 0.0 <= metrics["val_accuracy"] <= 1.0
-    logged = (tmp_path / "student" / "logs" / "metrics.csv").read_text()
-    assert "train_distill_kl" in logged
-    assert list((tmp_path / "logits").glob("*.npz"))  # the teacher's [B, G] logits kept per question

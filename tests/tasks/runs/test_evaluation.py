@@ -12,11 +12,7 @@ from sesame.tasks.runs.runner import train
 from tests.conftest import SST2_DEV, prediction_accuracy
 
 
-def test_a_checkpoint_evaluates_to_the_metrics_of_its_run(make_cfg, tmp_path):
-    trained = train(make_cfg(), tmp_path / "run")
-    got = evaluate(make_cfg(f"++model={tmp_path / 'run'}"), tmp_path / "eval")
-    assert got["val_accuracy"] == trained["val_accuracy"]
-    assert (tmp_path / "eval" / "val_SST-2.tsv").read_text() == (tmp_path / "run" / "val_SST-2.tsv").read_text()
+# A run folder evaluates to its run's metrics and prediction files, for every task: tests/conformance/test_training.py.
 
 
 def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp_path):
