@@ -85,6 +85,10 @@ SIDES = ("sesame", "trainer")
 LOOPS = {"sesame": lightning_periods, "trainer": trainer_periods}
 
 
+#: The workloads by name and the data files each reads (what a page's ``# needs`` marker must name).
+TASKS = WORKLOADS
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from sesame.tasks.base.run_settings import TaskSettings, task_class
 from sesame.tasks.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -136,9 +136,12 @@ def evaluation_data(trained: Any, command: Any, overrides: TrainedOverrides) -> 
 
 
 def head_weight_keys(trained: Mapping[str, Any]) -> tuple[str, ...]:
-    """The head settings of the trained config's task that belong to its weights (``weight_keys``)."""
-    head = task_class(TaskSettings.from_config(trained["task"]), "head_settings")
-    return tuple(getattr(head, "weight_keys", ()))
+    """The head settings of the trained config's task that belong to its weights (``weight_keys`` of the
+    class its ``task.head_settings`` names); none where the config names no head settings class."""
+    name = (trained.get("task") or {}).get("head_settings")
+    if not name:
+        return ()
+    return tuple(getattr(get_class(str(name)), "weight_keys", ()))
 
 
 def _plain(value: Any) -> Any:
