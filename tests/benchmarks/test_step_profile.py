@@ -32,13 +32,6 @@ def gp():
     return load_benchmark("gemm_peak")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.fixture(scope="module")
 def quick_report(sp, tmp_path_factory):

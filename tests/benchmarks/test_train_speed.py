@@ -16,13 +16,6 @@ def ts():
     return load_benchmark("train_speed")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def overrides(ts, tiny_bert_dir, task: str, train: int, *extra: str) -> list[str]:
     args = ts.parse_args(["--quick", "--encoder", str(tiny_bert_dir), "--eval-examples", "16",
