@@ -4,7 +4,10 @@ that reads one, and the payload never runs; a damaged one is a clear error namin
 from __future__ import annotations
 
 import os
+import pickle
+import pickletools
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -48,11 +51,27 @@ def poisoned(clean_run, tmp_path) -> tuple[Path, Path]:
         checkpoint = torch.load(path, weights_only=True)
         checkpoint["hyper_parameters"]["note"] = Payload(marker)
         torch.save(checkpoint, path)
-    # the payload is real: an ordinary unpickler runs it
-    torch.load(run / "checkpoints" / "best.ckpt", weights_only=False)
-    assert marker.exists()
-    marker.unlink()
+    # the payload is real: the pickle calls os.system (read as data, never run) and a data-only load refuses it
+    assert ("posix", "system") in pickled_globals(run / "checkpoints" / "best.ckpt")
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
+    assert not marker.exists()
     return run, marker
+
+
+def pickled_globals(path: Path) -> set[tuple[str, str]]:
+    """The ``(module, name)`` globals a torch checkpoint's pickle would import, read without unpickling."""
+    with zipfile.ZipFile(path) as archive:
+        data = archive.read(next(n for n in archive.namelist() if n.endswith("/data.pkl")))
+    found, strings = set(), []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL":
+            found.add(tuple(arg.split(" ", 1)))
+        elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+            found.add((strings[-2], strings[-1]))
+        if isinstance(arg, str):
+            strings.append(arg)
+    return found
 
 
 def _eval_cfg(*overrides: str):
