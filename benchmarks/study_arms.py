@@ -33,7 +33,7 @@ from train_speed import (
     precision_arguments,
     sampling_argument,
     sesame_optim,
-    sesame_optimizer,
+    reference_trainer_class,
     settings_of,
 )
 
@@ -194,7 +194,6 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     from transformers import (
         DataCollatorForTokenClassification,
         DataCollatorWithPadding,
-        Trainer,
         TrainerCallback,
         TrainingArguments,
         set_seed,
@@ -288,22 +287,14 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
             evaluate_epoch(model, state.global_step)
             control.should_save = True  # last checkpoint after every validation, as sesame's last.ckpt
 
-    class ReferenceTrainer(Trainer):
-        """The Trainer with sesame's learning-rate groups and sesame's batches (benchmarks/train_speed.py)."""
+    # grouped: the Trainer's own LengthGroupedSampler; else sesame's batches (benchmarks/train_speed.py).
+    GroupsTrainer = reference_trainer_class(
+        settings["head_lr"],
+        lambda size, own: switches.sampler(own() if grouped else ResumableShuffleSampler(size, datamodule.seed)),
+        lambda trainer, inputs: clock.batch(trainer.state.global_step // steps_per_epoch, inputs))
 
-        def create_optimizer(self, model: Any = None) -> Any:
-            if self.optimizer is None:
-                self.optimizer = sesame_optimizer(self, settings["head_lr"])
-            return self.optimizer
-
-        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
-            if grouped:  # the Trainer's own LengthGroupedSampler
-                return switches.sampler(super()._get_train_sampler(train_dataset))
-            return switches.sampler(ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed))
-
-        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
-            clock.batch(self.state.global_step // steps_per_epoch, inputs)
-            return super().training_step(model, inputs, num_items_in_batch)
+    class ReferenceTrainer(GroupsTrainer):
+        """The Trainer with sesame's learning-rate groups and batches, its clock paused while it saves."""
 
         def _save_checkpoint(self, model: Any, trial: Any) -> None:
             with clock.excluded():

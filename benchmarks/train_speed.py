@@ -104,6 +104,7 @@ from train_speed_trainer import (  # noqa: E402, F401
     evaluate_hf,
     hf_model,
     precision_arguments,
+    reference_trainer_class,
     run_hf,
     sampling_argument,
     sesame_optim,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from compression import compose
@@ -87,6 +88,31 @@ def sesame_optim(cfg: Any) -> str:
     return "adamw_torch_fused" if optimizer.defaults.get("fused") else "adamw_torch"
 
 
+def reference_trainer_class(head_lr: float, train_sampler: Callable[[int, Callable[[], Any]], Any],
+                            on_batch: Callable[[Any, Any], None]) -> type:
+    """transformers' ``Trainer`` as both Trainer arms train (this benchmark's and the full-data study's):
+    sesame's learning-rate groups (:func:`sesame_optimizer` at ``head_lr``), the training sampler that
+    ``train_sampler(number of examples, the Trainer's own sampler)`` returns, and ``on_batch(trainer, inputs)``
+    called before each training step (a per-step recorder, the study's clock)."""
+    from transformers import Trainer
+
+    class ReferenceTrainer(Trainer):
+        def create_optimizer(self, model: Any = None) -> Any:
+            if self.optimizer is None:
+                self.optimizer = sesame_optimizer(self, head_lr)
+            return self.optimizer
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            own = lambda: super(ReferenceTrainer, self)._get_train_sampler(train_dataset)  # noqa: E731
+            return train_sampler(len(train_dataset or self.train_dataset), own)
+
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+            on_batch(self, inputs)
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    return ReferenceTrainer
+
+
 def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: str, padding: str, order: str,
            optim: str, save: bool = True, bf16: bool = False) -> dict[str, Any]:
     """Train the Hugging Face model on sesame's training examples with the ``Trainer`` (``bf16``: its own CPU bf16
@@ -98,7 +124,6 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
     from transformers import (
         DataCollatorForTokenClassification,
         DataCollatorWithPadding,
-        Trainer,
         TrainerCallback,
         TrainingArguments,
         set_seed,
@@ -135,22 +160,11 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
         def on_train_end(self, args, state, control, **kw):
             recorder.finish_training()
 
-    class ReferenceTrainer(Trainer):
-        """The Trainer, with sesame's two learning rates and (order=sesame) sesame's batches."""
-
-        def create_optimizer(self, model: Any = None) -> Any:
-            if self.optimizer is None:
-                self.optimizer = sesame_optimizer(self, settings["head_lr"])
-            return self.optimizer
-
-        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
-            if order == "sesame":  # the very shuffle sesame's train loader draws (tasks/inputs/batching.py)
-                return switches.sampler(ResumableShuffleSampler(len(train_dataset or self.train_dataset), datamodule.seed))
-            return switches.sampler(super()._get_train_sampler(train_dataset))
-
-        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
-            recorder.batch(inputs)
-            return super().training_step(model, inputs, num_items_in_batch)
+    # order=sesame: the very shuffle sesame's train loader draws (tasks/inputs/batching.py); else the Trainer's own.
+    ReferenceTrainer = reference_trainer_class(
+        settings["head_lr"],
+        lambda size, own: switches.sampler(ResumableShuffleSampler(size, datamodule.seed) if order == "sesame" else own()),
+        lambda trainer, inputs: recorder.batch(inputs))
 
     args = TrainingArguments(
         output_dir=str(run_dir / "hf_trainer"), max_steps=steps, per_device_train_batch_size=settings["batch_size"],
