@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from sesame.tasks.cli.report import main as report_main
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.runs.sweep_comparisons import pick_baseline
+from tests.conftest import require
 from sesame.tasks.runs.sweep_report import Variant, read_jobs, variants, write_table_report
 from tests.conftest import tsv_labels
 
@@ -160,7 +161,7 @@ def test_a_folder_that_is_not_a_sweep_is_one_line(tmp_path, capsys, folder):
 
 
 def test_aso_over_seeds_marks_by_its_violation_ratio(sweep, tmp_path):
-    pytest.importorskip("deepsig")  # the `report` extra (tests/conftest.py's require fails in CI: deepsig is optional there)
+    require("deepsig")  # the `report` extra, which make install installs
     table, _ = write_table_report(sweep, tmp_path, baseline=["pooling=cls"], seed_test="aso")
     assert "| ε_min, seeds (ASO) |" in table.splitlines()[0]
     row = next(line for line in table.splitlines() if line.startswith("| pooling=mean"))
