@@ -13,13 +13,14 @@ from typing import Any
 
 from compression_variants import MODELS, VARIANTS, Model, compose, done, task_overrides
 from int8_onnx_folder import export_weights
+from sesame.tasks.base.run_settings import RunSettings
 
 
 def load(args: argparse.Namespace, task: str, source: Path) -> tuple[Any, Any]:
     """The model as sesame-eval loads it, and the config its data is read with."""
     from sesame.tasks.runs.evaluation import load_for_evaluation
 
-    return load_for_evaluation(compose("eval", [*task_overrides(args, task), f"model={source}"]))
+    return load_for_evaluation(RunSettings.from_config(compose("eval", [*task_overrides(args, task), f"model={source}"])))
 
 
 #: Evaluation batch of the onnxruntime variants' scoring (not of their timing).
@@ -43,7 +44,7 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
     print(f"[eval] {name}: {graph or model.run}", flush=True)
     cfg = compose("eval", [*task_overrides(args, task), f"model={model.run}"])
     if model.onnx is None:
-        return evaluation.evaluate(cfg, folder)
+        return evaluation.evaluate(RunSettings.from_config(cfg), folder)
     real = evaluation.load_for_evaluation
 
     def onnx_outputs(eval_cfg: Any, overrides: Any = ()) -> tuple[Any, Any]:
@@ -55,7 +56,7 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
 
     evaluation.load_for_evaluation = onnx_outputs
     try:
-        return evaluation.evaluate(cfg, folder)
+        return evaluation.evaluate(RunSettings.from_config(cfg), folder)
     finally:
         evaluation.load_for_evaluation = real
 
@@ -66,7 +67,7 @@ def timing_batches(datamodule_cfg: Any, batch_size: int, count: int, seed: int =
 
     from sesame.tasks.runs.runner import build_datamodule
 
-    datamodule = build_datamodule(datamodule_cfg)
+    datamodule = build_datamodule(RunSettings.from_config(datamodule_cfg))
     datamodule.setup("validate")
     loader = datamodule.val_dataloader()
     dataset = loader.dataset

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from int8_onnx_folder import export_int8_onnx
+from sesame.tasks.base.run_settings import RunSettings
 
 
 TASKS: dict[str, dict[str, Any]] = {
@@ -89,7 +90,7 @@ def train_run(overrides: list[str], folder: Path, fresh: bool) -> Path:
         # checkpoint.every_n_train_steps; one killed before its first checkpoint starts over).
         resume = ["resume=true"] if (folder / "config.yaml").is_file() else []
         print(f"[train] {folder}: {' '.join(overrides)}{' (resumed)' if resume else ''}", flush=True)
-        train(compose("config", [*overrides, *resume]), folder)
+        train(RunSettings.from_config(compose("config", [*overrides, *resume])), folder)
     return folder
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compression import compose, time_models, timing_batches  # noqa: E402
 from inference import TASKS, add_model_arguments, task_run  # noqa: E402
 from int8_onnx_folder import export_int8_onnx  # noqa: E402
+from sesame.tasks.base.run_settings import RunSettings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 TRACES = ("model", "eager")  # the reference first: ratios are model / eager
@@ -52,7 +53,7 @@ def measure(task: str, run: Path, root: Path, args: argparse.Namespace) -> list[
 
     folders = {t: export_int8_onnx(run, root / f"onnx_{t}", args.fresh, attention=t) for t in TRACES}
     cfg = compose("eval", [*TASKS[task]["overrides"], *(TASKS[task]["quick"] if args.quick else []), f"model={run}"])
-    _, data_cfg = load_for_evaluation(cfg)
+    _, data_cfg = load_for_evaluation(RunSettings.from_config(cfg))
     torch.set_num_threads(1)
     traced = {t: json.loads((folders[t] / "export.json").read_text())["attention"] for t in TRACES}
     rows = []

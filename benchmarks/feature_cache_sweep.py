@@ -23,6 +23,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from hydra import compose, initialize_config_module  # noqa: E402
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.cli.resolvers import register_resolvers  # noqa: E402
 from sesame.tasks.runs.runner import train  # noqa: E402
 
@@ -40,7 +41,7 @@ def run(fusion: str, cached: bool, args: argparse.Namespace, cache_dir: str, out
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     start = time.perf_counter()
-    metrics = train(cfg, os.path.join(out, f"{fusion}-{'cached' if cached else 'plain'}"))
+    metrics = train(RunSettings.from_config(cfg), os.path.join(out, f"{fusion}-{'cached' if cached else 'plain'}"))
     return time.perf_counter() - start, metrics["val_f1"]
 
 

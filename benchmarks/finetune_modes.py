@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from sesame.tasks.base.run_settings import RunSettings
 
 MODES = ("frozen", "bitfit", "lora", "top_k", "full")
 TASKS = {
@@ -67,7 +68,7 @@ def child(task: str, mode: str, steps: int, run_dir: str, extra: list[str]) -> d
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     torch.manual_seed(0)
-    metrics = runner.train(cfg, Path(run_dir))
+    metrics = runner.train(RunSettings.from_config(cfg), Path(run_dir))
     folder = Path(run_dir) / "checkpoints"  # one validation, at the end: best.ckpt only if it was written
     best = folder / "best.ckpt" if (folder / "best.ckpt").is_file() else folder / "last.ckpt"
     return {

@@ -16,6 +16,7 @@ import resource
 import subprocess
 import sys
 import time
+from sesame.tasks.base.run_settings import RunSettings
 
 
 def measure(mode: str, batch_size: int, seq_len: int, steps: int) -> dict:
@@ -32,7 +33,7 @@ def measure(mode: str, batch_size: int, seq_len: int, steps: int) -> dict:
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):  # the real default config
         cfg = compose(config_name="config", overrides=[f"finetune={mode}", "data.label_names=[0,1]"])
     torch.manual_seed(0)
-    module = SentenceClassificationModule(cfg).train()
+    module = SentenceClassificationModule(RunSettings.from_config(cfg)).train()
     tokenizer = load_tokenizer("minilm_l6")
     lines = open(shipped_path("glue/sst2/train.2k.tsv")).read().splitlines()[1 : batch_size + 1]
     texts = [line.split("\t")[0] for line in lines]

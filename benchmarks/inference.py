@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compression import QUICK_TRAINER, compose, time_models, timing_batches, train_run  # noqa: E402
+from sesame.tasks.base.run_settings import RunSettings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -77,7 +78,7 @@ def dev_metric(task: str, run_fn: Backend, cfg: Any) -> float:
 
     from sesame.tasks.runs.runner import build_datamodule
 
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("validate")
     if task == "sst2":
         right = total = 0
@@ -115,7 +116,7 @@ def measure(task: str, run: Path, onnx_dir: Path, args: argparse.Namespace) -> l
     cfg = compose("eval", [*TASKS[task]["overrides"], *(TASKS[task]["quick"] if args.quick else []), f"model={run}"])
     from sesame.tasks.runs.evaluation import load_for_evaluation
 
-    _, data_cfg = load_for_evaluation(cfg)
+    _, data_cfg = load_for_evaluation(RunSettings.from_config(cfg))
     all_threads = torch.get_num_threads()
     rows = []
     for threads in sorted({1, all_threads}):

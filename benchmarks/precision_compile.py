@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import torch
+from sesame.tasks.base.run_settings import RunSettings
 
 ARMS = ("fp32", "bf16", "compiled")
 
@@ -46,9 +47,9 @@ def build(max_seq_length: int):  # noqa: ANN201
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=["task=squad_v1", f"data.max_seq_length={max_seq_length}",
                                                         "data.train_windows=all"])
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("fit")
-    return build_module(cfg), datamodule
+    return build_module(RunSettings.from_config(cfg)), datamodule
 
 
 def main(argv: list[str] | None = None) -> None:

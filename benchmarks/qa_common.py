@@ -23,6 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import datasets  # noqa: E402
 import torch  # noqa: E402
+from sesame.tasks.base.run_settings import RunSettings
 
 BENCHMARKS = Path(__file__).resolve().parent
 WORKER = BENCHMARKS / "qa_tf4_pipeline_worker.py"
@@ -137,7 +138,8 @@ class SesameQA:
         from hydra import compose, initialize_config_module
         from hydra.core.global_hydra import GlobalHydra
 
-        from sesame.tasks.encoders.encoder import EncoderSettings, load_tokenizer
+        from sesame.tasks.encoders.encoder import load_tokenizer
+        from sesame.tasks.encoders.encoder_settings import EncoderSettings
         from sesame.tasks.cli.resolvers import register_resolvers
         from sesame.tasks.qa.module import SquadModule
 
@@ -152,7 +154,7 @@ class SesameQA:
         with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
             self.cfg = compose(config_name="config", overrides=overrides)
         self.tokenizer = load_tokenizer(EncoderSettings.from_config(self.cfg.encoder))
-        self.module = SquadModule(self.cfg)
+        self.module = SquadModule(RunSettings.from_config(self.cfg))
         self.module.load_hf_head(folder)
         self.module.eval()
 
@@ -167,10 +169,10 @@ class SesameQA:
         run_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         cfg = OmegaConf.merge(self.cfg, {"data": {"validation_file": str(squad_json)}})
-        datamodule = build_datamodule(cfg, self.tokenizer)
+        datamodule = build_datamodule(RunSettings.from_config(cfg), self.tokenizer)
         datamodule.setup("validate")
         self.module.output_dir = run_dir
-        trainer = build_trainer(cfg, run_dir, monitor=None)
+        trainer = build_trainer(RunSettings.from_config(cfg), run_dir, monitor=None)
         metrics = flat_metrics(trainer.validate(self.module, datamodule=datamodule, verbose=False))
         with contextlib.redirect_stdout(io.StringIO()):  # finish_run also prints the metrics
             finish_run(self.module, metrics, run_dir)

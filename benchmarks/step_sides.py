@@ -6,7 +6,7 @@ Trainer's model, each with its data path, its bare training step and its framewo
   ``LengthGroupedShuffleSampler``, indices only); :func:`pick_batch` takes one of them (``median``: the first
   full batch whose padded length is the median over the epoch's full batches; ``full``: the first padded to
   ``data.max_seq_length``).
-- sesame: ``build_module(cfg)`` (``tasks/saved/checkpoints.py``); its collator is the train loader's
+- sesame: ``build_module(RunSettings.from_config(cfg))`` (``tasks/saved/checkpoints.py``); its collator is the train loader's
   (``PaddingCollator``), its dataset the data module's train split; optimiser and schedule from
   ``tasks/encoders/finetune.py`` ``build_optimizer`` as ``configure_optimizers`` builds them (fused AdamW
   where sesame fuses); the loss is the module's own ``training_step``.
@@ -34,6 +34,7 @@ import torch
 from torch.profiler import record_function
 
 from step_attribution import BACKWARD, CLIP, FORWARD, OPTIMIZER, ZERO_GRAD
+from sesame.tasks.base.run_settings import RunSettings
 
 #: Model inputs per kind of head (what the Trainer's model reads).
 HF_KEYS = {
@@ -172,20 +173,20 @@ def build_workload(name: str, encoder: str, quick: bool, squad_questions: int, t
     (schedules over ``total_steps``); ``work_dir``: the Trainer's output folder (nothing is saved)."""
     from omegaconf import OmegaConf
 
-    from sesame.tasks.runs.runner import build_datamodule, config_with_data
+    from sesame.tasks.runs.runner import build_datamodule
     from sesame.tasks.saved.checkpoints import build_module
 
     spec = WORKLOADS[name]
     overrides = workload_overrides(name, encoder, quick, squad_questions)
     cfg = compose(overrides)
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("fit")
-    cfg = config_with_data(cfg, datamodule)
+    cfg = OmegaConf.merge(cfg, datamodule.config_updates())  # what the data decides (label sets)
     loader = datamodule.train_dataloader()
     indices, choice = pick_batch(list(loader.batch_sampler), datamodule.example_lengths("train"), spec["batch_size"],
                                  spec["pick"], int(cfg.data.max_seq_length))
-    module = build_module(cfg)
-    trained = trained_model(module, OmegaConf.to_container(module.cfg, resolve=True))
+    module = build_module(RunSettings.from_config(cfg))
+    trained = trained_model(module)
     sesame = sesame_side(module, datamodule.dataset("train"), indices, loader.collate_fn, cfg, total_steps)
     trainer = trainer_side(trained, datamodule, indices, spec["kind"], cfg, total_steps,
                            sesame.info["optimizer_fused"], work_dir)
@@ -197,13 +198,14 @@ def build_workload(name: str, encoder: str, quick: bool, squad_questions: int, t
     return Workload(name, cfg, overrides, datamodule, trained, sesame, trainer, info)
 
 
-def trained_model(module: Any, cfg: dict[str, Any]) -> Any:
+def trained_model(module: Any) -> Any:
     """The in-memory module as a ``TrainedModel`` (what the export helpers read)."""
     from sesame.tasks.encoders.encoder import resolve_name_or_path
     from sesame.tasks.saved.checkpoints import TrainedModel
 
-    folder = resolve_name_or_path(str(cfg["encoder"]["name_or_path"]))
-    return TrainedModel(module=module, cfg=cfg, checkpoint=Path("in-memory"), encoder_folder=folder, tokenizer_source=folder)
+    folder = resolve_name_or_path(str(module.settings.encoder.name_or_path))
+    return TrainedModel(module=module, settings=module.settings, checkpoint=Path("in-memory"), encoder_folder=folder,
+                        tokenizer_source=folder)
 
 
 def sesame_side(module: Any, dataset: Any, indices: list[int], collate: Callable, cfg: Any, total_steps: int) -> Side:
@@ -345,7 +347,7 @@ def lightning_periods(workload: Workload, bf16: bool, steps: int, run_dir: Path)
         # a loader of one prepared batch, no dev set, fewer steps than the logging interval: all on purpose
         warnings.filterwarnings("ignore", message=".*(does not have many workers|dataloader is not resumable|"
                                 "but have no `val_dataloader`|smaller than the logging interval).*")
-        trainer = build_trainer(cfg, run_dir, None, [Starts()])
+        trainer = build_trainer(RunSettings.from_config(cfg), run_dir, None, [Starts()])
         trainer.fit(copy.deepcopy(workload.sesame.model), train_dataloaders=loader)
     return starts
 

@@ -36,6 +36,7 @@ from train_speed import (
     reference_trainer_class,
     settings_of,
 )
+from sesame.tasks.base.run_settings import RunSettings
 
 
 EXIT_STOPPED = 75  # a child stopped by SIGTERM, with a checkpoint to resume from
@@ -132,7 +133,7 @@ def child_sesame(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
             check_mirrorable(cfg)
         info["main"] = main_metric_of(cfg)
         print(f"[sesame] {'resuming from ' + str(last) if resuming else 'starting'}: {' '.join(overrides)}", flush=True)
-        metrics = runner.train(cfg, run_dir)
+        metrics = runner.train(RunSettings.from_config(cfg), run_dir)
     finally:
         runner.build_trainer = build
         AtomicCheckpointIO.save_checkpoint = save
@@ -190,7 +191,8 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     import torch
     from sesame.tasks.inputs.batching import ResumableShuffleSampler
     from sesame.tasks.encoders.encoder import resolve_name_or_path
-    from sesame.tasks.runs.runner import build_datamodule, config_with_data
+    from omegaconf import OmegaConf
+    from sesame.tasks.runs.runner import build_datamodule
     from transformers import (
         DataCollatorForTokenClassification,
         DataCollatorWithPadding,
@@ -207,9 +209,9 @@ def child_hf(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     main = main_metric_of(cfg)
     epochs = int(cfg.trainer.max_epochs)
     optim = sesame_optim(cfg)
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("fit")
-    cfg = config_with_data(cfg, datamodule)
+    cfg = OmegaConf.merge(cfg, datamodule.config_updates())  # what the data decides (label sets)
     tokenizer = datamodule.tokenizer
     examples = HFExamples(datamodule.dataset("train"), HF_KEYS[kind])
     steps_per_epoch = math.ceil(len(examples) / settings["batch_size"])

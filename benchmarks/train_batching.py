@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from sesame.tasks.base.run_settings import RunSettings
 
 SQUAD = ["task=squad_v1", "data=squad_v1_slice", "data.max_seq_length=256", "data.doc_stride=128", "data.batch_size=12"]
 WNUT = ["task=ner", "data=wnut17"]
@@ -95,7 +96,7 @@ def count_tokens(overrides: list[str], seed: int) -> dict:
     register_resolvers()
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*overrides, f"seed={seed}"])
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("fit")
     counts = {"examples": 0, "steps": 0, "tokens": 0, "padded_tokens": 0}
     for batch in datamodule.train_dataloader():

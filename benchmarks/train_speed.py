@@ -95,6 +95,7 @@ from train_speed_arms import (  # noqa: E402, F401
     settings_of,
     trainer_overrides,
 )
+from sesame.tasks.base.run_settings import RunSettings  # noqa: E402
 from train_speed_recorder import StepRecorder  # noqa: E402
 from train_speed_tables import FAIR_REFERENCE, markdown, same_batches, summarize  # noqa: E402
 from train_speed_trainer import (  # noqa: E402, F401
@@ -228,7 +229,7 @@ def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path, pre
         cfg = compose("config", [*overrides, *trainer_overrides(base, steps)])
         check_mirrorable(cfg, precision=precision_mirrored)
         started = time.perf_counter()
-        metrics = runner.train(cfg, run_dir)
+        metrics = runner.train(RunSettings.from_config(cfg), run_dir)
         total = time.perf_counter() - started
     finally:
         runner.build_trainer = build

@@ -12,6 +12,7 @@ from typing import Any
 from compression import compose
 from train_speed_arms import check_mirrorable, settings_of
 from train_speed_recorder import StepRecorder
+from sesame.tasks.base.run_settings import RunSettings
 
 
 #: Inputs the Hugging Face models read, per kind of head.
@@ -81,7 +82,8 @@ def sesame_optimizer(trainer: Any, head_lr: float) -> Any:
 
 def sesame_optim(cfg: Any) -> str:
     """The Trainer's name for the AdamW implementation sesame's ``build_optimizer`` builds (fused or not)."""
-    from sesame.tasks.encoders.finetune import FinetuneSettings, build_optimizer
+    from sesame.tasks.encoders.finetune import build_optimizer
+    from sesame.tasks.encoders.finetune_settings import FinetuneSettings
     from torch import nn
 
     optimizer, _ = build_optimizer(nn.Linear(2, 2), [], FinetuneSettings.from_config(cfg.finetune), 10)
@@ -120,7 +122,8 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
     import torch
     from sesame.tasks.inputs.batching import ResumableShuffleSampler
     from sesame.tasks.encoders.encoder import resolve_name_or_path
-    from sesame.tasks.runs.runner import build_datamodule, config_with_data
+    from omegaconf import OmegaConf
+    from sesame.tasks.runs.runner import build_datamodule
     from transformers import (
         DataCollatorForTokenClassification,
         DataCollatorWithPadding,
@@ -134,9 +137,9 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
     settings = settings_of(cfg)
     optim = sesame_optim(cfg) if optim == "auto" else optim
     started = time.perf_counter()
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("fit")
-    cfg = config_with_data(cfg, datamodule)
+    cfg = OmegaConf.merge(cfg, datamodule.config_updates())  # what the data decides (label sets)
     tokenizer = datamodule.tokenizer
     examples = HFExamples(datamodule.dataset("train"), HF_KEYS[kind])
     set_seed(settings["seed"])
@@ -252,4 +255,4 @@ def evaluate_hf(overrides: list[str], folder: Path, run_dir: Path) -> tuple[str,
 
     cfg = compose("eval", [*overrides, f"model={folder.resolve()}", "trainer.enable_progress_bar=false",
                            "trainer.enable_model_summary=false"])
-    return str(cfg.task.main_metric), evaluate(cfg, run_dir)
+    return str(cfg.task.main_metric), evaluate(RunSettings.from_config(cfg), run_dir)

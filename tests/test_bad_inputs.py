@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.runs.runner import train
 
@@ -112,7 +113,7 @@ def test_user_errors_are_one_clear_message(make_cfg, tmp_path, capsys, tiny2, no
     cfg = make_cfg(*[o.format(f=path, tiny2=tiny2, tmp=tmp_path, ok_stsb=ok_stsb, no_tokenizer=no_tokenizer, rte=rte)
                      for o in overrides])
     with pytest.raises(SystemExit) as stop, user_errors_are_messages():
-        train(cfg, run_dir)
+        train(RunSettings.from_config(cfg), run_dir)
     err = capsys.readouterr().err
     assert stop.value.code == 2
     assert "error: " in err and "Traceback" not in err
@@ -132,7 +133,7 @@ def test_a_full_data_preset_without_its_files_names_sesame_data_dir(make_cfg, tm
     monkeypatch.setenv("SESAME_DATA_DIR", str(empty))
     task = "squad_v2" if preset.startswith("squad") else "glue"
     with pytest.raises(SystemExit) as stop, user_errors_are_messages():
-        train(make_cfg(f"task={task}", f"data={preset}"), tmp_path / "run")
+        train(RunSettings.from_config(make_cfg(f"task={task}", f"data={preset}")), tmp_path / "run")
     err = capsys.readouterr().err
     assert stop.value.code == 2
     for words in (f"{empty / relative}: no such file (data.{key}", f"$SESAME_DATA_DIR (set to {empty})",
@@ -143,7 +144,7 @@ def test_a_full_data_preset_without_its_files_names_sesame_data_dir(make_cfg, tm
     monkeypatch.delenv("SESAME_DATA_DIR")  # the default folder, relative to where the command runs
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit), user_errors_are_messages():
-        train(make_cfg(f"task={task}", f"data={preset}"), tmp_path / "run2")
+        train(RunSettings.from_config(make_cfg(f"task={task}", f"data={preset}")), tmp_path / "run2")
     assert f"$SESAME_DATA_DIR (not set: the default ../shared/data, from {tmp_path})" in capsys.readouterr().err
 
 
@@ -166,7 +167,7 @@ def test_sesame_eval_without_a_model_names_the_key(make_cfg, tmp_path, capsys):
     from sesame.tasks.runs.evaluation import evaluate
 
     with pytest.raises(SystemExit) as stop, user_errors_are_messages():
-        evaluate(make_cfg(), tmp_path / "eval")
+        evaluate(RunSettings.from_config(make_cfg()), tmp_path / "eval")
     assert stop.value.code == 2 and "model=" in capsys.readouterr().err
 
 
@@ -175,7 +176,7 @@ def test_a_stale_lock_of_a_killed_run_is_taken_over(make_cfg, tmp_path):
     run_dir.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (run_dir / ".sesame.lock").write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
-    train(make_cfg("data.max_train_examples=8", "data.max_eval_examples=8"), run_dir)
+    train(RunSettings.from_config(make_cfg("data.max_train_examples=8", "data.max_eval_examples=8")), run_dir)
     assert (run_dir / "metrics.json").is_file() and not (run_dir / ".sesame.lock").exists()
 
 

@@ -15,18 +15,22 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+import copy
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from sesame.tasks.base.distill_settings import DistillSettings
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.settings import Settings, plain
-from sesame.tasks.encoders.encoder import EncoderSettings
-from sesame.tasks.encoders.finetune import FinetuneSettings
+from sesame.tasks.encoders.encoder_settings import EncoderSettings
+from sesame.tasks.encoders.finetune_settings import FinetuneSettings
+from sesame.tasks.inputs.cache_settings import CacheSettings
 from sesame.tasks.inputs.data_settings import DataSettings
+from sesame.tasks.base.checkpoint_settings import CheckpointSettings
+from sesame.tasks.base.logger_settings import LoggerSettings
 
 
 @dataclass(frozen=True)
@@ -177,12 +181,15 @@ class TrainerSettings:
     OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile")
     early_stopping: EarlyStoppingSettings | None  # tasks/runs/early_stopping.py
     compile: bool  # torch.compile the encoder (tasks/runs/compilation.py)
-    lightning: Mapping[str, Any]  # every other key: lightning.Trainer's keyword arguments, as given
+    # every other key: lightning.Trainer's keyword arguments, as given (a plain dict, so settings pickle and
+    # deep-copy with the modules holding them; read it through get / trainer_kwargs, never change it)
+    lightning: dict[str, Any] = field(hash=False)
 
     @classmethod
     def from_config(cls, block: Mapping[str, Any] | DictConfig | None, *, check: bool = True) -> TrainerSettings:
-        """``check=False``: a trained model's block, a record of how it trained, not run again, so not held
-        to the installed Lightning's arguments (nor is Lightning imported to read them)."""
+        """``check=False``: the Lightning arguments are not checked here (that imports Lightning): a trained
+        model's block, a record of how it trained, is never held to the installed Lightning, and a run's
+        is checked by :meth:`check_lightning_arguments` before any work."""
         raw = plain(block) if block is not None else {}
         if not isinstance(raw, Mapping):
             raise ConfigError(f"trainer: expected a block of settings, got {raw!r}")
@@ -194,8 +201,13 @@ class TrainerSettings:
         return cls(
             early_stopping=EarlyStoppingSettings.from_config(stopping) if stopping is not None else None,
             compile=compile_encoder,
-            lightning=MappingProxyType(kwargs),
+            lightning=kwargs,
         )
+
+    def check_lightning_arguments(self) -> None:
+        """Every Lightning argument of the block is one of ``lightning.Trainer``'s that sesame leaves to the
+        config (:func:`check_trainer_keys`; imports Lightning)."""
+        check_trainer_keys(self.lightning)
 
     def get(self, key: str, default: Any = None) -> Any:
         """A ``lightning.Trainer`` argument as the config gives it (``default`` where it is not set)."""
@@ -208,11 +220,15 @@ class TrainerSettings:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Every block of a run config, typed (see the module doc).
+    """Every block of a run config, typed (see the module doc): built once, where a command starts, and
+    passed down; nothing below reads the raw config again.
 
     ``data`` and ``head`` are instances of the classes the task names; ``seed``, ``calibrate``,
     ``resume`` and ``overwrite`` are the config's top-level keys (``conf/config.yaml``), ``model``
     ``sesame-eval``'s (``conf/eval.yaml``: what to evaluate; None in other configs, or not set).
+    ``cache``, ``checkpoint``, ``distill`` and ``logger`` are None where the config has no such block
+    (``sesame-eval``'s, a trained model's). ``config`` is the config itself as resolved plain data: the
+    run's record (``config.yaml``, the checkpoints' ``hyper_parameters.cfg``), never read for settings.
     """
 
     task: TaskSettings
@@ -229,42 +245,71 @@ class RunSettings:
     overwrite: bool
     model: str | None = None  # sesame-eval only
     pooling: PoolingSettings | None = None  # cfg.pooling, where the config has the group
+    cache: CacheSettings | None = None
+    checkpoint: CheckpointSettings | None = None
+    distill: DistillSettings | None = None
+    logger: LoggerSettings | None = None
+    config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    trained: bool = False  # read with of_trained: a record, not a run about to start
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | DictConfig) -> RunSettings:
-        """The settings of a config about to run (training, evaluation)."""
-        return cls._read(cfg, check_trainer=True)
+        """The settings of a config about to run (training, evaluation). The Lightning arguments of its
+        trainer block are checked by ``trainer.check_lightning_arguments()``, which imports Lightning:
+        everything else is checked here, before torch is imported."""
+        return cls._read(cfg, trained=False)
 
     @classmethod
     def of_trained(cls, cfg: Mapping[str, Any] | DictConfig) -> RunSettings:
-        """The settings a trained model was built with (its checkpoint's or export's config): the trainer
-        block is kept as recorded, not checked against the installed Lightning (:class:`TrainerSettings`)."""
-        return cls._read(cfg, check_trainer=False)
+        """The settings a trained model was built with (its checkpoint's or export's config): a record of
+        how it trained, so its logger block is not read (its package need not be installed here)."""
+        return cls._read(cfg, trained=True)
+
+    def updated(self, updates: Mapping[str, Any] | DictConfig) -> RunSettings:
+        """These settings with ``updates`` merged into the config (what the data decides: label sets;
+        a trained model's overrides), read again the way these were."""
+        if not updates:
+            return self
+        return self._read(OmegaConf.merge(self.config, updates), trained=self.trained)
 
     @classmethod
-    def _read(cls, cfg: Mapping[str, Any] | DictConfig, *, check_trainer: bool) -> RunSettings:
-        task = TaskSettings.from_config(cfg["task"])
+    def _read(cls, cfg: Mapping[str, Any] | DictConfig, *, trained: bool) -> RunSettings:
+        config = plain_config(cfg)
+        task = TaskSettings.from_config(config["task"])
+
+        def optional(key: str, settings: type[Settings]) -> Any:
+            return settings.from_config(config[key]) if config.get(key) is not None else None
+
         return cls(
             task=task,
-            encoder=EncoderSettings.from_config(cfg["encoder"]),
-            fusion=FusionSettings.from_config(cfg["fusion"]),
-            finetune=FinetuneSettings.from_config(cfg["finetune"]),
-            data=task_class(task, "data_settings").from_config(cfg["data"]),
-            head=task_class(task, "head_settings").from_config(cfg["head"]),
-            pooling=PoolingSettings.from_config(cfg["pooling"]) if cfg.get("pooling") is not None else None,
-            trainer=TrainerSettings.from_config(cfg["trainer"], check=check_trainer),
-            seed=int(cfg["seed"]),
-            calibrate=bool(cfg["calibrate"]),
-            resume=plain(cfg["resume"]),
-            init_from=plain(cfg["init_from"]),
-            overwrite=bool(cfg["overwrite"]),
-            model=_model(cfg),
+            encoder=EncoderSettings.from_config(config["encoder"]),
+            fusion=FusionSettings.from_config(config["fusion"]),
+            finetune=FinetuneSettings.from_config(config["finetune"]),
+            data=task_class(task, "data_settings").from_config(config["data"]),
+            head=task_class(task, "head_settings").from_config(config["head"]),
+            pooling=optional("pooling", PoolingSettings),
+            trainer=TrainerSettings.from_config(config["trainer"], check=False),
+            seed=int(config["seed"]),
+            calibrate=bool(config["calibrate"]),
+            resume=config["resume"],
+            init_from=config["init_from"],
+            overwrite=bool(config["overwrite"]),
+            model=_model(config),
+            cache=optional("cache", CacheSettings),
+            checkpoint=optional("checkpoint", CheckpointSettings),
+            distill=optional("distill", DistillSettings),
+            logger=None if trained else optional("logger", LoggerSettings),
+            config=config,
+            trained=trained,
         )
 
 
-def _model(cfg: Mapping[str, Any] | DictConfig) -> str | None:
+def plain_config(cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
+    """``cfg`` resolved, as plain data (a copy): what a run records and what its settings are read from."""
+    return plain(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(dict(cfg))
+
+
+def _model(cfg: Mapping[str, Any]) -> str | None:
     """``cfg.model`` (``sesame-eval``): None where the config has none or leaves it unset (``???``)."""
-    if "model" not in cfg or (isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg, "model")):
-        return None
-    value = cfg["model"]
+    value = cfg.get("model")
     return None if value is None or value == "???" else str(value)

@@ -4,8 +4,8 @@ gather across ranks by a per-task key -> ``score(stage, rows)`` -> logged metric
 
 Task modules subclass their task's network and :class:`EncoderTaskModule`, and implement
 ``training_step``, ``eval_rows`` and ``score``. The whole resolved config is
-saved as the checkpoint's hyper-parameters, so ``Module.load_from_checkpoint(path)`` (and
-``sesame-eval``) rebuild the same module from it alone.
+saved as the checkpoint's hyper-parameters, so ``load_trained(path)`` (``tasks/saved/checkpoints.py``, in place of
+Lightning's ``load_from_checkpoint``) and ``sesame-eval`` rebuild the same module from it alone.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import lightning as L
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from sesame.tasks.base.task_network import EncoderTaskNetwork
@@ -59,9 +58,9 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
     #: Fill values for per-token eval columns padded to a common length (default 0).
     eval_pad_values: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
-        self.save_hyperparameters({"cfg": OmegaConf.to_container(self.cfg)})
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
+        self.save_hyperparameters({"cfg": settings.config})  # the record; read back by load_from_checkpoint
         self.main_metric = self.task.main_metric
         self._frozen_digest: str | None = None
         self.output_dir: Path | None = None
@@ -90,6 +89,13 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
             params = dict(self.named_parameters())
             self._frozen_digest = weights_digest((k, params[k]) for k in self.stored_once_keys())
         return self._frozen_digest
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> EncoderTaskModule:
+        """Not Lightning's: it would call ``cls(**hyper_parameters)`` with the raw config, where a module is built
+        from settings read once. A sesame checkpoint loads with ``load_trained`` (``tasks/saved/checkpoints.py``)."""
+        raise TypeError(f"{cls.__name__} is built from RunSettings, not from a checkpoint's raw config: load "
+                        f"{checkpoint_path} with sesame.tasks.saved.checkpoints.load_trained(path).module")
 
     def resolved_settings(self) -> dict[str, Any]:
         """Settings the module resolved from the data while training (``{"head.class_weights": [...]}``):

@@ -14,27 +14,19 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from sesame.heads.fusion import LayerFusion
 from sesame.heads.pooling import PoolerPooling, build_pooling
-from sesame.tasks.base.run_settings import FusionSettings, PoolingSettings, TaskSettings
+from sesame.tasks.base.run_settings import PoolingSettings, RunSettings
 from sesame.tasks.core.errors import ConfigError, DataError, settings_check
-from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, encoder_inputs
+from sesame.tasks.encoders.encoder import Encoder, encoder_inputs
 from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
-from sesame.tasks.encoders.finetune import FinetuneSettings, apply_finetune_mode
+from sesame.tasks.encoders.finetune import apply_finetune_mode
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
 
 if TYPE_CHECKING:
     from sesame.tasks.inputs.feature_cache import FeatureCache
-
-
-def as_config(cfg: Mapping[str, Any] | DictConfig) -> DictConfig:
-    """A resolved, plain-data copy of ``cfg`` (what the checkpoint stores)."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    return OmegaConf.create(dict(cfg))
 
 
 class EncoderTaskNetwork(nn.Module):
@@ -43,21 +35,22 @@ class EncoderTaskNetwork(nn.Module):
     ``encode(batch)`` -> fused features [B, T, feature_size].
     """
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        """``encoder``: an encoder already built for ``cfg.encoder`` (loading a trained model builds it
-        from the run's ``encoder/`` folder); None loads ``cfg.encoder.name_or_path``."""
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        """``settings``: the run's, read once where the command started (a trained model's:
+        ``RunSettings.of_trained``). ``encoder``: an encoder already built for ``settings.encoder`` (loading
+        a trained model builds it from the run's ``encoder/`` folder); None loads its ``name_or_path``."""
         super().__init__()
-        self.cfg = as_config(cfg)
-        self.task = TaskSettings.from_config(self.cfg.task)
-        self.encoder = encoder or Encoder.from_settings(EncoderSettings.from_config(self.cfg.encoder))
-        fusion = FusionSettings.from_config(self.cfg.fusion)
+        self.settings = settings
+        self.task = settings.task
+        self.encoder = encoder or Encoder.from_settings(settings.encoder)
+        fusion = settings.fusion
         with settings_check():
             self.fusion = LayerFusion(
                 self.encoder.num_hidden_states, self.encoder.hidden_size, mode=fusion.mode,
                 layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
             )
         self.feature_size = self.fusion.output_size
-        self.finetune = FinetuneSettings.from_config(self.cfg.finetune)
+        self.finetune = settings.finetune
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):
             param.requires_grad_(False)  # no gradient reaches them: not trained (DDP needs every trained one used)
@@ -90,7 +83,14 @@ class EncoderTaskNetwork(nn.Module):
     def reads_encoder_pooler(self) -> bool:
         """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
         then drops the encoder's pooler itself (:meth:`build_pooling`). Every other network drops it at once."""
-        return self.pools_sequences and PoolingSettings.from_config(self.cfg.pooling).name == "pooler"
+        return self.pools_sequences and self.pooling_settings().name == "pooler"
+
+    def pooling_settings(self) -> PoolingSettings:
+        """``settings.pooling``; a config without the group is an error for a network that pools."""
+        if self.settings.pooling is None:
+            raise ConfigError(f"task={self.task.name} pools each sequence into one vector: the config needs the "
+                              "pooling group (pooling=cls|mean|max|cls_mean|pooler; conf/pooling/)")
+        return self.settings.pooling
 
     def build_pooling(self, built_from_trained: bool) -> nn.Module:
         """``cfg.pooling``'s pooling of this network's features (``heads/pooling.py``): [N, T, D] -> [N, D'].
@@ -99,7 +99,7 @@ class EncoderTaskNetwork(nn.Module):
         drops the encoder's; an encoder without one is a :class:`ConfigError`, unless the network is a
         trained model read back (``built_from_trained``), whose checkpoint holds the head's pooler.
         """
-        name = PoolingSettings.from_config(self.cfg.pooling).name
+        name = self.pooling_settings().name
         with settings_check():  # the summary token: [CLS] first, XLNet's <cls> last, none in T5 (an error)
             pooling = build_pooling(name, self.feature_size, self.encoder.summary_token(name))
         if isinstance(pooling, PoolerPooling):

@@ -14,23 +14,24 @@ from omegaconf import DictConfig
 
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.cli.resolvers import register_resolvers
+from sesame.tasks.base.run_settings import RunSettings
+from sesame.tasks.runs.failed_start import no_folder_left_by_a_failed_start
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
-    from sesame.tasks.runs.evaluation import evaluate  # torch and Lightning: not for --help (see cli/train.py)
-    from sesame.tasks.core.known_noise import library_progress_bars_off, lightning_lines_once
-
-    lightning_lines_once()
-    library_progress_bars_off()
     hydra_cfg = HydraConfig.get()
     run_dir = hydra_cfg.runtime.output_dir
-    from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start
-
     with user_errors_are_messages(), no_folder_left_by_a_failed_start(run_dir):
-        evaluate(cfg, run_dir, overrides=list(hydra_cfg.overrides.task))
+        settings = RunSettings.from_config(cfg)  # read once, here; a bad setting is reported before torch loads
+        from sesame.tasks.core.known_noise import library_progress_bars_off, lightning_lines_once
+        from sesame.tasks.runs.evaluation import evaluate  # torch and Lightning: not for --help (see cli/train.py)
+
+        lightning_lines_once()
+        library_progress_bars_off()
+        evaluate(settings, run_dir, overrides=list(hydra_cfg.overrides.task))
     print(run_dir)
 
 

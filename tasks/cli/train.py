@@ -20,35 +20,38 @@ from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.cli.resolvers import register_resolvers
+from sesame.tasks.base.run_settings import RunSettings
+from sesame.tasks.runs.failed_start import no_folder_left_by_a_failed_start
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://sesame.conf", config_name="config")
 def _main(cfg: DictConfig) -> float | None:
-    # Imported here, not at the top: torch, Lightning and transformers take seconds to import, and
-    # --help, --cfg job and a bad override never need them.
-    from sesame.tasks.base.run_settings import TaskSettings
-    from sesame.tasks.encoders.store import SHARED_ENCODERS
-    from sesame.tasks.core.known_noise import library_progress_bars_off, lightning_lines_once
-    from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start
-    from sesame.tasks.runs.runner import train
-
-    lightning_lines_once()
-    library_progress_bars_off()
     run_dir = HydraConfig.get().runtime.output_dir
     share_sweep_dir()
     hydra_cfg = HydraConfig.get()
-    # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoders/store.py).
-    shared = Path(hydra_cfg.sweep.dir) / SHARED_ENCODERS if hydra_cfg.mode == RunMode.MULTIRUN else None
+    sweep = hydra_cfg.mode == RunMode.MULTIRUN
     # a sweep job's folder stays, failed or not: the sweep's report lists every job
-    cleanup = no_folder_left_by_a_failed_start(run_dir) if shared is None else contextlib.nullcontext()
+    cleanup = no_folder_left_by_a_failed_start(run_dir) if not sweep else contextlib.nullcontext()
     with user_errors_are_messages(), cleanup:
-        metrics = train(cfg, run_dir, shared_encoders=shared)
+        # The settings are read once, here, and passed down; a bad one is reported before torch is imported.
+        settings = RunSettings.from_config(cfg)
+        # Imported now, not at the top: torch, Lightning and transformers take seconds to import, and
+        # --help, --cfg job and a bad setting never need them.
+        from sesame.tasks.core.known_noise import library_progress_bars_off, lightning_lines_once
+        from sesame.tasks.encoders.store import SHARED_ENCODERS
+        from sesame.tasks.runs.runner import train
+
+        lightning_lines_once()
+        library_progress_bars_off()
+        # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoders/store.py).
+        shared = Path(hydra_cfg.sweep.dir) / SHARED_ENCODERS if sweep else None
+        metrics = train(settings, run_dir, shared_encoders=shared)
     if is_main_process():
         print(f"run folder: {run_dir}")
     # The main metric is the job's return value: what Hydra's Optuna sweeper maximises.
-    return metrics.get(TaskSettings.from_config(cfg.task).main_metric)
+    return metrics.get(settings.task.main_metric)
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -33,31 +32,13 @@ from sesame.tasks.core.atomic_files import atomic_open
 from sesame.heads.masking import masked_value
 from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.base.distill_settings import DistillSettings
 from sesame.tasks.inputs.feature_cache import default_cache_dir as feature_cache_dir
 from sesame.tasks.inputs.feature_cache import example_keys
 from sesame.tasks.base.task_module import EncoderTaskModule
-from sesame.tasks.core.settings import Settings
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 2  # 2: logits from before the encoder passed token_type_ids to BERT (transformers 5) are stale
-
-
-@dataclass(frozen=True)
-class DistillSettings(Settings):
-    """``cfg.distill`` (``conf/config.yaml``); ``teacher: null`` is plain training."""
-
-    group = "distill"
-    teacher: str | None  # a run folder or .ckpt of the same task and tokenizer
-    alpha: float  # weight of the gold loss
-    temperature: float
-    cache: bool  # keep the teacher's logits per example on disk
-    cache_dir: str | None  # null: $SESAME_CACHE_DIR/teacher_logits
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ConfigError(f"distill.alpha={self.alpha}: the weight of the gold loss lies in [0, 1]")
-        if self.temperature <= 0:
-            raise ConfigError(f"distill.temperature={self.temperature}: use a positive temperature")
 
 
 def default_cache_dir() -> Path:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.atomic_files import write_json_atomic
 from sesame.tasks.saved.checkpoints import build_module, is_hf_model_folder, load_trained, save_model_folder
 from sesame.tasks.saved.int8 import is_quantized
@@ -180,7 +181,7 @@ def _write_student_checkpoint(
     # The tokenizer was copied into the folder, so it comes from there too.
     cfg["encoder"] = {**cfg["encoder"], "name_or_path": str(encoder_dir.resolve()), "tokenizer": None}
     cfg["compression"] = {**(cfg.get("compression") or {}), "dropped_layers": {"source": str(source), "kept_layers": layers}}
-    student = build_module(cfg)
+    student = build_module(RunSettings.of_trained(cfg))
     own = student.state_dict()
     head = {k: v for k, v in teacher.state_dict().items() if not k.startswith("encoder.")}
     misfit = sorted(k for k, v in head.items() if k not in own or own[k].shape != v.shape)

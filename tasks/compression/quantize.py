@@ -7,6 +7,7 @@ Output folder (``sesame-eval model=<folder>`` evaluates it, on CPU):
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 def quantize_checkpoint(source: str | Path, output_dir: str | Path) -> dict[str, Any]:
     """Quantise the model of ``source`` (.ckpt or run folder) into ``output_dir``; returns the report."""
     trained = load_trained(source)
-    ckpt_path, cfg, module = trained.checkpoint, trained.cfg, trained.module
+    ckpt_path, cfg, module = trained.checkpoint, copy.deepcopy(trained.cfg), trained.module
     if is_quantized(cfg):
         raise ConfigError(f"{ckpt_path} is already quantised")
     float_bytes = state_dict_bytes(module)

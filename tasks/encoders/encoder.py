@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,8 @@ from sesame.tasks.encoders.families import (
     takes_token_types,
 )
 from sesame.tasks.core.errors import ConfigError, MissingFileError
-from sesame.tasks.core.settings import Settings
 from sesame.tasks.encoders.model_files import model_folder_errors
+from sesame.tasks.encoders.encoder_settings import EncoderSettings
 
 #: The batch keys an encoder reads; every other key of a batch is for the head, the loss or decoding.
 ENCODER_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -71,7 +70,6 @@ def _minilm_l6_path() -> str:
 
 #: ``encoder.init``: read the checkpoint's weights, or build the same architecture freshly initialised
 #: (the "why pretrain" baseline; seeded by the run's seed).
-ENCODER_INITS = ("pretrained", "random")
 
 #: Files one of which a folder's tokenizer is saved in.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
@@ -101,23 +99,6 @@ def resolve_name_or_path(name_or_path: str) -> str:
             + f". Point it at a folder holding config.json and weights, or use one of: {', '.join(SHIPPED_ENCODERS)}"
         )
     return name_or_path
-
-
-
-@dataclass(frozen=True)
-class EncoderSettings(Settings):
-    """``cfg.encoder`` (``conf/encoder/*.yaml``): which pretrained weights and tokenizer to load."""
-
-    group = "encoder"
-    name_or_path: str
-    tokenizer: str | None  # null: the encoder's own
-    dtype: str | None  # null: the checkpoint's dtype
-    attn_implementation: str | None
-    init: str  # pretrained | random (the same architecture and tokenizer, freshly initialised)
-
-    def __post_init__(self) -> None:
-        if self.init not in ENCODER_INITS:
-            raise ConfigError(f"encoder.init={self.init!r} is not one of {', '.join(ENCODER_INITS)}")
 
 
 def load_tokenizer(encoder: EncoderSettings | str) -> PreTrainedTokenizerFast:

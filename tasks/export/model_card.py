@@ -142,7 +142,7 @@ def model_card(trained: TrainedModel, report: Mapping[str, Any], command: str | 
     cfg, settings = trained.cfg, trained.settings
     task = task_export(trained)
     fmt = report["format"]
-    data, encoder, trainer = settings.data, trained.module.encoder, cfg.get("trainer") or {}
+    data, encoder, trainer = settings.data, trained.module.encoder, settings.trainer
     title = task.title()
     n_train = count_training_examples(task)
     cap = data.max_train_examples

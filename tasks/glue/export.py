@@ -23,7 +23,6 @@ from torch import nn
 
 from sesame.tasks.base.export import TaskExport
 from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
-from sesame.tasks.base.run_settings import PoolingSettings
 from sesame.tasks.glue.settings import TableDataSettings
 from sesame.tasks.inputs.batching import PaddingCollator
 
@@ -95,7 +94,7 @@ class ClassificationExport(TaskExport):
     @property
     def pooling(self) -> str:
         """``pooling.name`` the model was trained with."""
-        return PoolingSettings.from_config(self.trained_module.cfg["pooling"]).name
+        return self.trained_module.pooling_settings().name
 
     def decision_thresholds(self) -> dict[str, float] | None:
         """Multi-label: ``{label: threshold}`` on each label's sigmoid probability, as tuned on the dev

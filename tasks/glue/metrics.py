@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
 from sesame.tasks.glue.readers import encode_labels, encode_multi_labels, first_data_line, read_glue_tsv, read_table
@@ -114,6 +113,7 @@ def multilabel_f1(predicted: np.ndarray, gold: np.ndarray) -> tuple[float, float
     """``(micro F1, macro F1)`` of [N, C] 0/1 decisions against [N, C] 0/1 gold labels, with
     torchmetrics' ``MultilabelF1Score``; a label with neither gold nor predicted examples has F1 0
     (as scikit-learn's ``zero_division=0``) and counts in the macro mean."""
+    import torch  # here, not at the top: the task's settings read METRICS, and a config check loads no torch
     from torchmetrics.classification import MultilabelF1Score
 
     preds = torch.as_tensor(np.asarray(predicted).astype(np.int64))

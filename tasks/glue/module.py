@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
-from omegaconf import DictConfig
 
 from sesame.heads.calibration import TemperatureScaling, calibration_doubt, expected_calibration_error
 from sesame.heads.classifier import balanced_class_weights
@@ -33,7 +32,6 @@ from sesame.tasks.glue.network import SentenceClassificationNetwork
 from sesame.tasks.glue.submission import submission_tsv
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.base.task_module import EncoderTaskModule
-from sesame.tasks.glue.settings import ClassifierHeadSettings
 
 if TYPE_CHECKING:
     from sesame.tasks.base.run_settings import RunSettings
@@ -49,9 +47,9 @@ class SentenceClassificationModule(SentenceClassificationNetwork, EncoderTaskMod
     each logs the task's GLUE metrics as ``<stage>_<metric>`` and writes ``<stage>_<TASK>.tsv``.
     """
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
-        self.class_weights_setting = ClassifierHeadSettings.from_config(self.cfg.head).class_weights
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
+        self.class_weights_setting = settings.head.class_weights
         #: ``head.class_weights=balanced`` once resolved from the training labels (:meth:`use_balanced_weights`):
         #: the weights every checkpoint's config records instead of ``balanced``. None otherwise.
         self.balanced_weights: tuple[float, ...] | None = None
@@ -77,7 +75,7 @@ class SentenceClassificationModule(SentenceClassificationNetwork, EncoderTaskMod
         training data to rebuild its loss). The module's own config is left as it was given."""
         counts = np.asarray(counts, dtype=np.int64)
         names = self.label_names or []
-        where = f"{self.cfg.data.get('train_file')} ({num_examples} examples)"
+        where = f"{self.settings.data.train_file} ({num_examples} examples)"
         absent = [n for n, c in zip(names, counts) if c == 0]
         if absent:
             raise DataError(f"head.class_weights=balanced: label(s) {absent} never occur in the training data {where}, so "

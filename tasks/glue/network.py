@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from sesame.heads.calibration import TemperatureScaling
 from sesame.heads.classifier import SequenceClassifierHead
-from sesame.tasks.base.run_settings import task_class
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.encoders.encoder import Encoder
@@ -35,14 +34,14 @@ class SentenceClassificationNetwork(EncoderTaskNetwork):
 
     pools_sequences = True
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
-        data = task_class(self.task, "data_settings").from_config(self.cfg.data)
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
+        data = settings.data
         self.spec = data.task_spec()
         self.label_names = None if self.spec.is_regression else list(self.spec.labels or ())
         self.multi_label = self.spec.multi_label
         self.label_separator = self.spec.label_separator
-        head = ClassifierHeadSettings.from_config(self.cfg.head)
+        head = settings.head
         self.pooling = self.build_pooling(built_from_trained=encoder is not None)
         num_labels = 1 if self.label_names is None else len(self.label_names)
         self.head = SequenceClassifierHead(

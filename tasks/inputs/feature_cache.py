@@ -23,7 +23,6 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,34 +32,10 @@ from tqdm.auto import tqdm
 
 from sesame.tasks.encoders.encoder import Encoder, encoder_inputs
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings
+from sesame.tasks.inputs.cache_settings import DTYPES
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: features from before the encoder passed token_type_ids to BERT (transformers 5) are stale
-DTYPES = {"float32": np.float32, "float16": np.float16}
-
-
-@dataclass(frozen=True)
-class CacheSettings(Settings):
-    """``cfg.cache`` (``conf/config.yaml``): whether and where frozen features are cached."""
-
-    group = "cache"
-    enabled: bool | str  # true | false | auto (on exactly when finetune=frozen)
-    dir: str | None  # null: $SESAME_CACHE_DIR, else ~/.cache/sesame/features
-    dtype: str  # float32 | float16
-
-    def __post_init__(self) -> None:
-        if self.enabled not in (True, False, "auto"):
-            raise ConfigError(f"cache.enabled={self.enabled!r}: use true, false or auto")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"cache.dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
-
-    def applies(self, encoder_frozen: bool) -> bool:
-        """Whether this run reads cached features; ``enabled=true`` with a trainable encoder is an error."""
-        if self.enabled is True and not encoder_frozen:
-            raise ConfigError("cache.enabled=true needs finetune=frozen: a trained encoder's features change every "
-                              "step. Fix: set finetune=frozen, or cache.enabled=auto for sweeps over both")
-        return bool(self.enabled) and encoder_frozen
 
 
 def default_cache_dir() -> Path:

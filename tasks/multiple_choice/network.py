@@ -5,16 +5,14 @@ trains and evaluates it). The shape of transformers' ``...ForMultipleChoice`` wi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from sesame.heads.classifier import SequenceClassifierHead
 from sesame.heads.masking import masked_value
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.encoders.encoder import Encoder
-from sesame.tasks.multiple_choice.settings import ChoiceHeadSettings
 
 
 class MultipleChoiceNetwork(EncoderTaskNetwork):
@@ -27,9 +25,9 @@ class MultipleChoiceNetwork(EncoderTaskNetwork):
 
     pools_sequences = True
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
-        head = ChoiceHeadSettings.from_config(self.cfg.head)
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
+        head = settings.head
         self.pooling = self.build_pooling(built_from_trained=encoder is not None)
         self.head = SequenceClassifierHead(self.pooling.output_size, 1, dropout=head.dropout)
 

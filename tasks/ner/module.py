@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from sesame.heads.masking import IGNORE_INDEX
 from sesame.tasks.core.distributed import Rows, share_of_total
@@ -48,8 +47,8 @@ class NerModule(NerNetwork, EncoderTaskModule):
         sentence by sentence."""
         return example_scores(run_dir, settings.task.entity_metric, metric)
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
         self.entity_metric = self.task.entity_metric
         if self.entity_metric not in MODES:
             raise ConfigError(f"task.entity_metric={self.entity_metric!r} is not one of {', '.join(MODES)}")
@@ -133,7 +132,7 @@ class NerModule(NerNetwork, EncoderTaskModule):
                 "weights": weights,  # softmax-normalised, index 0 = embeddings output, last = top layer
                 "hidden_states": list(range(len(weights))),
                 "gamma": float(mix.gamma.detach()),
-                "encoder": str(OmegaConf.select(self.cfg, "encoder.name_or_path")),
+                "encoder": str(self.settings.encoder.name_or_path),
             },
         )
         log.info("scalar-mix layer weights: %s", ", ".join(f"{i}:{w:.3f}" for i, w in enumerate(weights)))

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from sesame.heads.tagger import TokenTaggerHead
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.hf_weights import load_prefixed_weights
-from sesame.tasks.ner.settings import NerDataSettings, TaggerHeadSettings
+from sesame.tasks.ner.settings import NerDataSettings
 
 
 def training_tag_names(data: NerDataSettings) -> list[str]:
@@ -54,16 +54,16 @@ class NerNetwork(EncoderTaskNetwork):
     the training file's tag set.
     """
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
         self.encoder.global_attention = None  # Longformer: local attention only, as its token classifier has
-        data = NerDataSettings.from_config(self.cfg.data)
+        data = settings.data
         names = data.tag_names or training_tag_names(data)
         #: Tag names read from the training file (no ``data.tag_names``): saved as ``data.tag_names`` in every
         #: checkpoint's config (:meth:`resolved_settings`), so loading it needs no training file. None otherwise.
         self.read_tag_names: list[str] | None = None if data.tag_names else list(names)
         self.tag_names = [str(n) for n in names]
-        head = TaggerHeadSettings.from_config(self.cfg.head)
+        head = settings.head
         self.head = TokenTaggerHead(
             self.feature_size, len(self.tag_names), dropout=head.dropout, crf=head.crf,
             tag_names=self.tag_names, constrain_bio=head.constrain_bio,

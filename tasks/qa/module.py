@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
 from sesame.heads.calibration import confidence_ece
 from sesame.tasks.core.distributed import Rows
@@ -46,8 +45,8 @@ class SquadModule(SquadNetwork, EncoderTaskModule):
         """``tasks/qa/metrics.py``'s ``example_scores``: ``predictions.json`` against the dev file's answers."""
         return example_scores(run_dir, settings.data, settings.head, metric)
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
         self.metric_version = "squad_v2" if self.version_2 else "squad_v1"
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

@@ -8,24 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from sesame.heads.span_pointer import SpanPointerHead
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.hf_weights import load_prefixed_weights
-from sesame.tasks.qa.settings import SpanHeadSettings, SquadDataSettings
 
 
 class SquadNetwork(EncoderTaskNetwork):
     """``forward(batch) -> (start_logits, end_logits)`` over a window's tokens."""
 
-    def __init__(self, cfg: Mapping[str, Any] | DictConfig, encoder: Encoder | None = None) -> None:
-        super().__init__(cfg, encoder)
+    def __init__(self, settings: RunSettings, encoder: Encoder | None = None) -> None:
+        super().__init__(settings, encoder)
         self.encoder.global_attention = "question"  # Longformer: the question attends globally (its QA model's rule)
-        data = SquadDataSettings.from_config(self.cfg.data)
+        data = settings.data
         self.version_2 = data.version_2_with_negative
-        self.decoding = SpanHeadSettings.from_config(self.cfg.head)
+        self.decoding = settings.head
         # [CLS] stays a target wherever training labels point at it; v1 decoding never picks it.
         self.head = SpanPointerHead(self.feature_size, allow_null=data.trains_null)
 

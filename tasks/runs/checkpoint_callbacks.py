@@ -10,7 +10,6 @@ import os
 import random
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from sesame.tasks.core.atomic_files import torch_save_atomic
 from sesame.tasks.saved.checkpoint_files import load_checkpoint_file
 from sesame.tasks.core.distributed import gather_objects
-from sesame.tasks.core.errors import ConfigError, RunStopped
-from sesame.tasks.core.settings import Settings
-
-
-@dataclass(frozen=True)
-class CheckpointSettings(Settings):
-    """``cfg.checkpoint`` (``conf/config.yaml``): extra checkpoints during training."""
-
-    group = "checkpoint"
-    every_n_train_steps: int | None  # also write checkpoints/last.ckpt every N optimiser steps
-
-    def __post_init__(self) -> None:
-        if self.every_n_train_steps is not None and self.every_n_train_steps < 1:
-            raise ConfigError(f"checkpoint.every_n_train_steps={self.every_n_train_steps}: use a positive number, or null")
+from sesame.tasks.core.errors import RunStopped
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -48,6 +48,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.compression.prune import NOTHING_WRITTEN, check_arguments, prune, refuse_existing
 from sesame.tasks.core.atomic_files import staged_folder, write_json_atomic
 from sesame.tasks.core.errors import ConfigError, RunStopped, UserError
@@ -262,7 +263,7 @@ def _recover(pruned_dir: Path, run_dir: Path, teacher: Path, overrides: list[tup
     cfg.resume = True if (run_dir / "config.yaml").is_file() else None
     try:
         with contextlib.redirect_stdout(sys.stderr):  # the training's metrics: stdout is the command's report
-            train(cfg, run_dir)
+            train(RunSettings.from_config(cfg), run_dir)
     except RunStopped as stop:
         raise RunStopped(f"round {k} of {rounds}: {str(stop).split('. Continue it', 1)[0]}. Continue the schedule "
                          f"with the same sesame-compress prune command (output {output})", stop.exit_code - 128) from None

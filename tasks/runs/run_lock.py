@@ -13,7 +13,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,9 +26,9 @@ from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.saved.checkpoint_files import holds_resume_state
 from sesame.tasks.saved.checkpoints import find_checkpoint
+from sesame.tasks.runs.failed_start import HYDRA_RECORD
 
 LOCK_NAME = ".sesame.lock"
-HYDRA_RECORD = ".hydra"
 #: What an earlier run leaves in its folder: a finished one its metrics, a killed one its checkpoints. Any of them marks
 #: the folder as a run's, with or without its config.yaml (a copied or half-cleaned folder).
 EARLIER_RUN = ("metrics.json", "checkpoints/last.ckpt", "checkpoints/best.ckpt")
@@ -50,21 +49,20 @@ def _holder_alive(holder: dict) -> bool:
 
 
 def holds_run_folder(run: Callable[..., T]) -> Callable[..., T]:
-    """``run(cfg, run_dir, **kwargs)`` with ``run_dir`` created and held (:func:`run_folder_lock`) while it
-    runs, after :func:`refuse_earlier_run` and with Hydra's record of the job written."""
+    """``run(settings, run_dir, **kwargs)`` with ``run_dir`` created and held (:func:`run_folder_lock`) while
+    it runs, after :func:`refuse_earlier_run` and with Hydra's record of the job written."""
 
     @functools.wraps(run)
-    def held(cfg: Any, run_dir: str | Path, **kwargs: Any) -> T:
+    def held(settings: RunSettings, run_dir: str | Path, **kwargs: Any) -> T:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         with run_folder_lock(run_dir):
             if is_main_process():
-                settings = RunSettings.from_config(cfg)
                 refuse_earlier_run(settings, run_dir)
                 for stale in remove_stale_temporaries(run_dir):  # the folder is held: no writer of ours is alive
                     log.warning("removed %s, a file a killed run left half-written", stale)
-                write_hydra_record(cfg, run_dir)
-            return run(cfg, run_dir, **kwargs)
+                write_hydra_record(settings.config, run_dir)
+            return run(settings, run_dir, **kwargs)
 
     return held
 
@@ -150,30 +148,8 @@ def refuse_earlier_run(settings: RunSettings, run_dir: Path) -> None:
         (run_dir / name).unlink()
 
 
-def holds_nothing_of_a_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds only what Hydra puts in a job's folder before any code of sesame's writes there: its
-    job log (``<command>.log``) and its ``.hydra/`` record; nothing of a run (config, metrics, checkpoints, a lock)."""
-    return run_dir.is_dir() and all((entry.is_file() and entry.suffix == ".log") or entry.name == HYDRA_RECORD
-                                    for entry in run_dir.iterdir())
-
-
-@contextlib.contextmanager
-def no_folder_left_by_a_failed_start(run_dir: str | Path) -> Iterator[None]:
-    """A command that fails before it writes anything of its own into the folder Hydra made for it (bad settings,
-    missing data, a refused rerun into a new folder) takes that folder away again, so failed commands leave no
-    empty ``outputs/<task>/<time>/`` behind. A folder holding anything of a run is left as it is."""
-    try:
-        yield
-    except BaseException:
-        folder = Path(run_dir)
-        if is_main_process() and holds_nothing_of_a_run(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            log.info("removed %s: the command failed before writing anything there", folder)
-        raise
-
-
-def write_hydra_record(cfg: Any, run_dir: Path) -> None:
-    """``<run>/.hydra/{config,hydra,overrides}.yaml`` as Hydra writes them (the job's config as composed,
+def write_hydra_record(config: dict[str, Any], run_dir: Path) -> None:
+    """``<run>/.hydra/{config,hydra,overrides}.yaml`` as Hydra writes them (the job's config, here resolved,
     Hydra's settings, the command-line overrides), when running under Hydra."""
     from hydra.core.hydra_config import HydraConfig
 
@@ -181,6 +157,6 @@ def write_hydra_record(cfg: Any, run_dir: Path) -> None:
         return
     hydra_cfg = HydraConfig.get()
     folder = run_dir / HYDRA_RECORD
-    write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(config))
     write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
     write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.overrides.task))

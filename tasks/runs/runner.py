@@ -17,13 +17,12 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.core.atomic_files import torch_save_atomic, write_json_atomic, write_text_atomic
 from sesame.tasks.runs.checkpoint_callbacks import (
     AtomicCheckpointIO,
-    CheckpointSettings,
     StopOnSigterm,
     TrainingResumeCallback,
     checkpoint_callback,
@@ -32,7 +31,8 @@ from sesame.tasks.runs.checkpoint_callbacks import (
 )
 from sesame.tasks.saved.checkpoint_files import load_checkpoint_file
 from sesame.tasks.saved.checkpoints import build_module, load_initial_weights
-from sesame.tasks.compression.distill import DistillationCallback, Distiller, DistillSettings
+from sesame.tasks.compression.distill import DistillationCallback, Distiller
+from sesame.tasks.base.distill_settings import DistillSettings
 from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.runs.compilation import CompileEncoder
@@ -41,9 +41,11 @@ from sesame.tasks.runs.early_stopping import early_stopping_callbacks
 from sesame.tasks.encoders.encoder import check_tokenizer_fits, load_tokenizer
 from sesame.tasks.encoders.store import ENCODER_FOLDER, has_weights, save_encoder_folder
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.inputs.feature_cache import CacheSettings, build_or_open
+from sesame.tasks.inputs.cache_settings import CacheSettings
+from sesame.tasks.inputs.feature_cache import build_or_open
 from sesame.tasks.core.known_noise import known_noise_silenced
-from sesame.tasks.runs.loggers import LoggerSettings, build_loggers, job_overrides, log_comparison, progress_bar_callbacks
+from sesame.tasks.base.logger_settings import LoggerSettings
+from sesame.tasks.runs.loggers import build_loggers, job_overrides, log_comparison, progress_bar_callbacks
 from sesame.tasks.base.run_settings import RunSettings, TrainerSettings, task_class
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.runs.run_lock import holds_run_folder, resolve_resume
@@ -51,31 +53,29 @@ from sesame.tasks.runs.run_lock import holds_run_folder, resolve_resume
 log = logging.getLogger(__name__)
 
 
-def build_datamodule(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> SplitDataModule:
-    """The data module ``task.datamodule`` names, on ``cfg.data`` as ``task.data_settings`` reads it, with
-    ``cfg.seed`` (``tokenizer``: the encoder's unless given)."""
-    settings = RunSettings.from_config(cfg)
+def build_datamodule(settings: RunSettings, tokenizer: PreTrainedTokenizerBase | None = None) -> SplitDataModule:
+    """The data module ``task.datamodule`` names, on ``settings.data``, with ``settings.seed`` (``tokenizer``:
+    the encoder's unless given)."""
     datamodule = task_class(settings.task, "datamodule")
     return datamodule(settings.data, tokenizer or load_tokenizer(settings.encoder), seed=settings.seed)
 
 
-def config_with_data(cfg: DictConfig, datamodule: SplitDataModule) -> DictConfig:
-    """Merge what the data decides (label sets) into the config the module is built from."""
-    updates = datamodule.config_updates()
-    return OmegaConf.merge(cfg, updates) if updates else cfg
+def settings_with_data(settings: RunSettings, datamodule: SplitDataModule) -> RunSettings:
+    """The settings with what the data decides (label sets) merged in: what the module is built from."""
+    return settings.updated(datamodule.config_updates())
 
 
 def build_trainer(
-    cfg: DictConfig, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None,
-    every_n_train_steps: int | None = None,
+    settings: RunSettings, run_dir: Path, monitor: str | None, extra_callbacks: list | None = None,
 ) -> L.Trainer:
-    """A ``lightning.Trainer`` with ``cfg.trainer``'s Lightning arguments (:class:`TrainerSettings`: all but
-    sesame's own ``early_stopping`` and ``compile``), the run's checkpoints (best by ``monitor``, the
-    task's main metric; None without validation data), early stopping on ``monitor`` when set,
-    ``<run>/logs/metrics.csv`` plus the ``logger`` group's logger (a config without one, e.g. an older
-    run's: csv only), and a rich progress bar where it shows."""
-    trainer = TrainerSettings.from_config(cfg.trainer)
-    logger = LoggerSettings.from_config(cfg.logger) if cfg.get("logger") is not None else LoggerSettings(name="csv")
+    """A ``lightning.Trainer`` with ``settings.trainer``'s Lightning arguments (all but sesame's own
+    ``early_stopping`` and ``compile``), the run's checkpoints (best by ``monitor``, the task's main metric;
+    None without validation data; also every ``checkpoint.every_n_train_steps``), early stopping on
+    ``monitor`` when set, ``<run>/logs/metrics.csv`` plus the ``logger`` group's logger (a config without
+    one, e.g. ``sesame-eval``'s: csv only), and a rich progress bar where it shows."""
+    trainer = settings.trainer
+    logger = settings.logger or LoggerSettings(name="csv")
+    every_n_train_steps = settings.checkpoint.every_n_train_steps if settings.checkpoint is not None else None
     callbacks = [
         checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), TrainingThroughput(run_dir),
         *early_stopping_callbacks(trainer.early_stopping, monitor), *(extra_callbacks or []), StopOnSigterm(run_dir),
@@ -214,7 +214,7 @@ def attach_distiller(settings: DistillSettings, module: EncoderTaskModule) -> li
 
 @holds_run_folder
 @known_noise_silenced()
-def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None,
+def train(settings: RunSettings, run_dir: Path, shared_encoders: Path | None = None,
           hparams: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Fit, validate (best checkpoint) and test; write config, metrics and predictions into ``run_dir``.
 
@@ -222,13 +222,12 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None,
     run's ``encoder/`` then hard-links instead of holding its own copy. ``hparams``: what this run varies
     (a sweep job's overrides; default: the Hydra job's), logged with the final metrics for the loggers'
     comparison views (``tasks/runs/loggers.py`` ``log_comparison``)."""
-    # Every block this command reads is checked before any data is read or weights are loaded.
-    settings = RunSettings.from_config(cfg)
-    cache = CacheSettings.from_config(cfg.cache)
-    periodic = CheckpointSettings.from_config(cfg.checkpoint)
-    distill = DistillSettings.from_config(cfg.distill)
-    if cfg.get("logger") is not None:
-        LoggerSettings.from_config(cfg.logger)  # a missing logger package fails before any work
+    # Every block was checked when the settings were read, the Lightning arguments now: all before any
+    # data is read or weights are loaded.
+    settings.trainer.check_lightning_arguments()
+    for block in ("cache", "checkpoint", "distill"):
+        if getattr(settings, block) is None:
+            raise ConfigError(f"sesame-train needs the {block} block of conf/config.yaml; this config has none")
     stopping = settings.trainer.early_stopping
     resume_from = resolve_resume(settings.resume, run_dir)
     check_trains(settings.trainer)
@@ -239,14 +238,14 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None,
         if settings.calibrate:
             raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
     L.seed_everything(settings.seed, workers=True, verbose=False)
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(settings)
     datamodule.setup("fit")
     if not datamodule.has_split("train"):
         raise ConfigError("sesame-train needs data.train_file; to evaluate a trained model use sesame-eval")
-    cfg = config_with_data(cfg, datamodule)
+    settings = settings_with_data(settings, datamodule)
     if is_main_process():  # the other DDP ranks run this too: one writer
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    module = build_module(cfg)
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(settings.config))
+    module = build_module(settings)
     if settings.init_from and resume_from is None:  # a resumed run's own checkpoint has its weights
         log.info("init_from: starting from the weights of %s", load_initial_weights(module, settings.init_from))
     refusal = module.calibration_refusal() if settings.calibrate else None
@@ -256,13 +255,12 @@ def train(cfg: DictConfig, run_dir: Path, shared_encoders: Path | None = None,
     module.output_dir = run_dir
     if is_main_process():
         save_run_encoder(module, datamodule.tokenizer, run_dir, shared_encoders)
-    attach_feature_cache(cache, module, datamodule, progress=bool(settings.trainer.get("enable_progress_bar", True)))
-    callbacks = attach_distiller(distill, module)
+    attach_feature_cache(settings.cache, module, datamodule, progress=bool(settings.trainer.get("enable_progress_bar", True)))
+    callbacks = attach_distiller(settings.distill, module)
     has_validation = datamodule.has_split("validation")
     if has_validation:
         check_validation_interval(settings.trainer, datamodule)
-    trainer = build_trainer(cfg, run_dir, module.main_metric if has_validation else None, callbacks,
-                            every_n_train_steps=periodic.every_n_train_steps)
+    trainer = build_trainer(settings, run_dir, module.main_metric if has_validation else None, callbacks)
     with sigterm_stops_the_run(run_dir):
         metrics = fit_and_evaluate(settings, trainer, module, datamodule, resume_from)
     finish_run(module, metrics, run_dir)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,10 @@ from sesame.tasks.core.atomic_files import torch_save_atomic, write_text_atomic
 from sesame.tasks.saved.checkpoint_files import load_checkpoint_file
 from sesame.tasks.saved.int8 import is_quantized, quantize_module
 from sesame.tasks.saved.config_upgrade import with_added_settings
-from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, load_tokenizer
+from sesame.tasks.encoders.encoder import Encoder, load_tokenizer
 from sesame.tasks.encoders.store import ENCODER_FOLDER, FROZEN_KEY, encoder_folder_of, has_weights, save_encoder_folder
 from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
-from sesame.tasks.base.run_settings import RunSettings, TaskSettings
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.task_network import EncoderTaskNetwork
 from sesame.tasks.saved.trained_overrides import TrainedOverrides, apply_overrides
 
@@ -65,15 +65,14 @@ def checkpoint_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return with_added_settings(checkpoint["hyper_parameters"]["cfg"])
 
 
-def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: Encoder | None = None,
+def build_module(settings: RunSettings, checkpoint: dict[str, Any] | None = None, encoder: Encoder | None = None,
                  encoder_source: str = "the pretrained encoder", network_only: bool = False) -> EncoderTaskNetwork:
-    """The task module ``cfg`` names (``network_only``: its network, plain torch, no Lightning; the same
-    state dict), quantised first when ``cfg`` says so, with ``checkpoint``'s weights loaded (its frozen
-    encoder weights filled in from ``encoder``, digest-checked)."""
-    cfg = OmegaConf.create(cfg)
-    task = TaskSettings.from_config(cfg.task)
-    module = get_class(task.network if network_only else task.module)(cfg, encoder)
-    if is_quantized(cfg):  # packed int8 weights load only into the same quantised structure
+    """The task module ``settings.task`` names (``network_only``: its network, plain torch, no Lightning;
+    the same state dict), quantised first when its config says so, with ``checkpoint``'s weights loaded
+    (its frozen encoder weights filled in from ``encoder``, digest-checked)."""
+    task = settings.task
+    module = get_class(task.network if network_only else task.module)(settings, encoder)
+    if is_quantized(settings.config):  # packed int8 weights load only into the same quantised structure
         quantize_module(module)
     if checkpoint is not None:
         module.complete_checkpoint(checkpoint, source=encoder_source)
@@ -83,20 +82,21 @@ def build_module(cfg: Any, checkpoint: dict[str, Any] | None = None, encoder: En
 
 @dataclass
 class TrainedModel:
-    """A trained model read back from disk: the module (CPU, eval mode), the config it was built from
-    (with any overrides applied) and its typed view ``settings`` (read it there, not in ``cfg``), its
-    checkpoint file and the folder its encoder and tokenizer came from."""
+    """A trained model read back from disk: the module (CPU, eval mode), the settings it was built with
+    (with any overrides applied; ``cfg`` is their record, for writing), its checkpoint file and the
+    folder its encoder and tokenizer came from."""
 
     module: EncoderTaskNetwork  # the task's Lightning module; its network alone where loaded with network_only
-    cfg: dict[str, Any]
+    settings: RunSettings
     checkpoint: Path
     encoder_folder: str
     tokenizer_source: str  # the run's encoder/ folder, or encoder.tokenizer / name_or_path
     global_step: int | None = None  # the optimiser step its weights are from (None: not recorded)
-    settings: RunSettings = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.settings = RunSettings.of_trained(self.cfg)
+    @property
+    def cfg(self) -> dict[str, Any]:
+        """The config the model was built from, as plain data: what a derived model folder records."""
+        return self.settings.config
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
         return load_tokenizer(self.tokenizer_source)
@@ -121,7 +121,8 @@ def load_trained(path: str | Path, key: str = "model",
     overridden = set(overrides.values) if overrides is not None else set()
     if overridden:
         cfg = apply_overrides(cfg, overrides, ckpt_path)
-    settings = EncoderSettings.from_config(cfg["encoder"])
+    trained = RunSettings.of_trained(cfg)
+    settings = trained.encoder
     folder = encoder_folder_of(ckpt_path)
     source = str(folder) if folder is not None and "encoder.name_or_path" not in overridden else settings.name_or_path
     # The run's encoder/ folder holds the tokenizer training used, whatever encoder.tokenizer named.
@@ -134,9 +135,9 @@ def load_trained(path: str | Path, key: str = "model",
             f"encoder.name_or_path=<the pretrained encoder the run used: {settings.name_or_path}>"
         )
     encoder = Encoder.from_settings(settings, name_or_path=source, load_weights=needs_weights)
-    module = build_module(cfg, checkpoint, encoder=encoder, encoder_source=source, network_only=network_only)
+    module = build_module(trained, checkpoint, encoder=encoder, encoder_source=source, network_only=network_only)
     step = checkpoint.get("global_step")
-    return TrainedModel(module.eval(), cfg, ckpt_path, str(source), str(tokenizer_source),
+    return TrainedModel(module.eval(), trained, ckpt_path, str(source), str(tokenizer_source),
                         int(step) if step is not None else None)
 
 

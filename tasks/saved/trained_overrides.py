@@ -62,8 +62,10 @@ def check_overridable(keys: Iterable[str], source: str | Path, weight_keys: Iter
             )
 
 
-def select_overrides(cfg: DictConfig, keys: Iterable[str]) -> dict[str, Any]:
-    """``{key: value in cfg}`` for the overridable keys of a command (a whole group for ``encoder=x``)."""
+def select_overrides(config: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """``{key: value in config}`` (a command's config as plain data) for the overridable keys of a command
+    (a whole group for ``encoder=x``)."""
+    cfg = OmegaConf.create(config)
     chosen: dict[str, Any] = {}
     for key in keys:
         group = key.split(".", 1)[0]
@@ -97,13 +99,14 @@ class TrainedOverrides:
         return cls(dict(values), frozenset(values))
 
     @classmethod
-    def of_command(cls, cfg: DictConfig, overrides: Sequence[str], source: str | Path) -> TrainedOverrides:
-        """The command line ``overrides`` (Hydra's ``key=value`` strings) of a command that composed
-        ``cfg`` (``sesame-eval``): the ``encoder.*`` / ``head.*`` settings it names, valued as in ``cfg``.
+    def of_command(cls, config: Mapping[str, Any], overrides: Sequence[str], source: str | Path) -> TrainedOverrides:
+        """The command line ``overrides`` (Hydra's ``key=value`` strings) of a command whose config (as
+        plain data) is ``config`` (``sesame-eval``): the ``encoder.*`` / ``head.*`` settings it names, valued
+        as there.
         Its ``data.*`` settings are named, not applied: the command's data is its own."""
         keys = override_keys(overrides)
         check_overridable(keys, source)
-        values = {k: v for k, v in select_overrides(cfg, keys).items() if k.split(".", 1)[0] != "data"}
+        values = {k: v for k, v in select_overrides(config, keys).items() if k.split(".", 1)[0] != "data"}
         return cls(values, frozenset(keys))
 
     def names(self, key: str) -> bool:

@@ -14,6 +14,7 @@ import pytest
 from filelock import FileLock
 from omegaconf import DictConfig
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs.runner import train
 from tests.conformance.specs import TaskSpec
 from tests.conftest import build_tiny_bert
@@ -79,6 +80,6 @@ def trained(shared: Path, task_cfg: Callable[..., DictConfig]) -> Callable[[Task
     read it and write elsewhere."""
 
     def get(spec: TaskSpec) -> Path:
-        return made_once(shared, f"run_{spec.name}", lambda folder: train(task_cfg(spec), folder))
+        return made_once(shared, f"run_{spec.name}", lambda folder: train(RunSettings.from_config(task_cfg(spec)), folder))
 
     return get

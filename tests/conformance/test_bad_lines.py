@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.cli.errors import user_errors_are_messages
-from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start
+from sesame.tasks.runs.failed_start import no_folder_left_by_a_failed_start
 from sesame.tasks.runs.runner import train
 from tests.conformance.specs import CORRUPTIONS, SPECS
 
@@ -46,7 +47,7 @@ def test_a_damaged_training_file_ends_sesame_train_with_exit_2_and_one_line_nami
     run.mkdir()  # as Hydra makes it before the command runs
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop, user_errors_are_messages(), no_folder_left_by_a_failed_start(run):
-        train(task_cfg(spec, f"data.train_file={bad}"), run)  # as sesame-train runs it (tasks/cli/train.py)
+        train(RunSettings.from_config(task_cfg(spec, f"data.train_file={bad}")), run)  # as sesame-train runs it (tasks/cli/train.py)
     err = capsys.readouterr().err
     assert stop.value.code == 2, err[-3000:]
     errors = [row for row in err.splitlines() if row.startswith("error: ")]

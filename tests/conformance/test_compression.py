@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.compression.drop_layers import drop_layers
 from sesame.tasks.compression.prune import prune
 from sesame.tasks.compression.prune_importance import PruningMasks
@@ -59,7 +60,7 @@ def test_int8_quantisation_saves_the_quantised_module_and_predicts_what_its_eval
         diff, scale = compare(task, reference, got, batch)
         assert diff <= 0.05 * scale + 1e-3, f"int8 moved the outputs by {diff:.3g} (they reach {scale:.3g})"
 
-    metrics = evaluate(task_cfg(spec, f"++model={folder}"), tmp_path / "eval")
+    metrics = evaluate(RunSettings.from_config(task_cfg(spec, f"++model={folder}")), tmp_path / "eval")
     assert metrics["val_examples_scored"] == metrics_of(run)["val_examples_scored"]
     assert prediction_files(tmp_path / "eval").keys() == prediction_files(run).keys()
     pairs = predictor_inputs(spec, tmp_path / "eval", int8)
@@ -102,7 +103,7 @@ def test_the_pruned_model_computes_what_the_masked_model_computes_and_evaluates(
         moved = max(moved, *(float((m - p).abs().max()) for m, p in zip(masked, plain)))
     assert moved > 30 * PRUNE_ATOL, f"the cut barely changes the outputs ({moved:.3g}): the comparison could not fail"
 
-    metrics = evaluate(task_cfg(spec, f"++model={folder}"), tmp_path / "eval")
+    metrics = evaluate(RunSettings.from_config(task_cfg(spec, f"++model={folder}")), tmp_path / "eval")
     assert metrics["val_examples_scored"] == metrics_of(run)["val_examples_scored"]
     assert prediction_files(tmp_path / "eval").keys() == prediction_files(run).keys()
 
@@ -114,11 +115,11 @@ def test_a_drop_layers_student_distils_from_the_trained_run(spec, trained, task_
     student = tmp_path / "student" / "encoder"
     distill = (f"distill.teacher={teacher}", "distill.alpha=0.5")
     cache = ("distill.cache=true", f"distill.cache_dir={tmp_path / 'logits'}")
-    if _refused(spec, "distill", lambda: train(task_cfg(spec, *distill, encoder_dir=student), tmp_path / "refused")):
+    if _refused(spec, "distill", lambda: train(RunSettings.from_config(task_cfg(spec, *distill, encoder_dir=student)), tmp_path / "refused")):
         return
-    plain = train(task_cfg(spec, *distill, encoder_dir=student), tmp_path / "plain")
-    cached = train(task_cfg(spec, *distill, *cache, encoder_dir=student), tmp_path / "cached")
-    alone = train(task_cfg(spec, encoder_dir=student), tmp_path / "alone")
+    plain = train(RunSettings.from_config(task_cfg(spec, *distill, encoder_dir=student)), tmp_path / "plain")
+    cached = train(RunSettings.from_config(task_cfg(spec, *distill, *cache, encoder_dir=student)), tmp_path / "cached")
+    alone = train(RunSettings.from_config(task_cfg(spec, encoder_dir=student)), tmp_path / "alone")
     assert cached == pytest.approx(plain, rel=1e-5)  # the teacher's logits kept per example are its logits
     assert list((tmp_path / "logits").glob("*.npz"))
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.inputs.feature_cache import list_entries
@@ -33,7 +34,7 @@ def test_evaluating_the_saved_model_gives_the_training_metrics_and_files(spec, t
     written = prediction_files(run)
     assert written, f"{run} holds no prediction files"
 
-    again = evaluate(task_cfg(spec, f"++model={run}"), tmp_path / "eval")
+    again = evaluate(RunSettings.from_config(task_cfg(spec, f"++model={run}")), tmp_path / "eval")
     assert metrics_of(tmp_path / "eval") == again
     assert_same_metrics(again, trained_metrics, tol=0)
     assert set(again) >= {k for k in trained_metrics if k.startswith("val_")}
@@ -56,7 +57,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_metrics_and_fi
     assert not (run / "metrics.json").exists()
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 1  # mid-epoch
 
-    resumed = train(task_cfg(spec, "resume=true"), run)
+    resumed = train(RunSettings.from_config(task_cfg(spec, "resume=true")), run)
     assert resumed == metrics_of(straight)  # bit-identical
     assert metrics_of(run) == resumed
     assert prediction_files(run) == prediction_files(straight)
@@ -82,7 +83,7 @@ def test_two_ddp_processes_train_on_the_single_process_batches_and_end_with_its_
     cfg = task_cfg(spec, *overrides, encoder_dir=still_encoder)
     if "dropout" in cfg.head:
         overrides.append("head.dropout=0")
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("fit")
     steps = min(len(datamodule.dataset("train")) // GLOBAL_BATCH, MAX_DDP_STEPS)
     assert steps >= 2, f"{len(datamodule.dataset('train'))} training examples make fewer than 2 global batches"
@@ -92,7 +93,7 @@ def test_two_ddp_processes_train_on_the_single_process_batches_and_end_with_its_
     build = runner.build_trainer
     monkeypatch.setattr(runner, "build_trainer", lambda cfg, run_dir, monitor, extra=None, **kw: build(
         cfg, run_dir, monitor, [*(extra or []), recorder], **kw))
-    one = train(task_cfg(spec, *overrides, f"data.batch_size={GLOBAL_BATCH}", encoder_dir=still_encoder), tmp_path / "one")
+    one = train(RunSettings.from_config(task_cfg(spec, *overrides, f"data.batch_size={GLOBAL_BATCH}", encoder_dir=still_encoder)), tmp_path / "one")
     done = subprocess.run(
         [sys.executable, SCRIPTED_RUN, str(tmp_path / "two"), *MAKE_CFG_BASE,
          *spec.run_overrides(still_encoder, *overrides, f"data.batch_size={GLOBAL_BATCH // 2}", *DDP)],
@@ -131,17 +132,17 @@ def test_a_frozen_run_with_the_feature_cache_equals_one_without(spec, task_cfg, 
     frozen = ("finetune=frozen", "fusion=scalar_mix", f"cache.dir={tmp_path / 'cache'}")
     if "feature_cache" in spec.refuses:
         with pytest.raises(ConfigError, match=spec.refuses["feature_cache"]):
-            train(task_cfg(spec, *frozen, "cache.enabled=true"), tmp_path / "cached")
+            train(RunSettings.from_config(task_cfg(spec, *frozen, "cache.enabled=true")), tmp_path / "cached")
         return
-    plain = train(task_cfg(spec, *frozen), tmp_path / "plain")
-    cached = train(task_cfg(spec, *frozen, "cache.enabled=true"), tmp_path / "cached")
+    plain = train(RunSettings.from_config(task_cfg(spec, *frozen)), tmp_path / "plain")
+    cached = train(RunSettings.from_config(task_cfg(spec, *frozen, "cache.enabled=true")), tmp_path / "cached")
     assert cached == pytest.approx(plain, rel=1e-5)
     assert len(list_entries(tmp_path / "cache")) == 1
     # a second cached run reads the entry: the encoder never runs
     calls = []
     forward = Encoder.forward
     monkeypatch.setattr(Encoder, "forward", lambda self, *a, **k: calls.append(1) or forward(self, *a, **k))
-    again = train(task_cfg(spec, *frozen, "cache.enabled=true"), tmp_path / "again")
+    again = train(RunSettings.from_config(task_cfg(spec, *frozen, "cache.enabled=true")), tmp_path / "again")
     assert again == cached and calls == []
     assert prediction_files(tmp_path / "again") == prediction_files(tmp_path / "cached")
 

@@ -13,6 +13,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.paths import shipped_path
 from tests.families import cells
 from tests.families.builders import build_family, training_sentences
@@ -102,7 +103,7 @@ def family_run(family_cfg: Callable[..., DictConfig], tmp_path_factory: pytest.T
     def get(name: str, task: str) -> tuple[Path, dict]:
         if (name, task) not in runs:
             folder = tmp_path_factory.mktemp(f"run_{name}_{task}")
-            runs[name, task] = folder, train(family_cfg(name, task), folder)
+            runs[name, task] = folder, train(RunSettings.from_config(family_cfg(name, task)), folder)
         return runs[name, task]
 
     return get

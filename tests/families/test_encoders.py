@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import PretrainedConfig
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.encoders.encoder import Encoder, encoder_inputs, load_tokenizer
 from sesame.tasks.encoders.families import encoder_class, global_attention_mask
@@ -87,9 +88,9 @@ def test_longformer_global_attention_follows_the_task(family_dir, family_cfg):
         assert row.tolist() == [1] * first_sep + [0] * (len(ids) - first_sep)
     assert global_attention_mask(batch["input_ids"], "first", 2)[:, 0].tolist() == [1, 1]
     assert global_attention_mask(batch["input_ids"], None, 2) is None
-    assert SentenceClassificationModule(family_cfg("longformer", "glue")).encoder.global_attention == "first"
-    assert SquadModule(family_cfg("longformer", "squad_v2")).encoder.global_attention == "question"
-    assert NerModule(family_cfg("longformer", "ner")).encoder.global_attention is None
+    assert SentenceClassificationModule(RunSettings.from_config(family_cfg("longformer", "glue"))).encoder.global_attention == "first"
+    assert SquadModule(RunSettings.from_config(family_cfg("longformer", "squad_v2"))).encoder.global_attention == "question"
+    assert NerModule(RunSettings.from_config(family_cfg("longformer", "ner"))).encoder.global_attention is None
     encoder = Encoder(str(family_dir("longformer"))).eval()
     outputs = {}
     for mode in ("first", "question", None):
@@ -147,7 +148,7 @@ def test_a_pooler_without_a_dense_layer_is_no_pooler(family_dir, family_cfg, tmp
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "classifier_activation": False}))
     with pytest.raises(ConfigError, match=r"pooling=pooler: the encoder has no pooler.*mobilebert family.*Fix: pooling=cls"):
-        SentenceClassificationModule(family_cfg("mobilebert", "glue", "pooling=pooler", f"encoder.name_or_path={folder}"))
+        SentenceClassificationModule(RunSettings.from_config(family_cfg("mobilebert", "glue", "pooling=pooler", f"encoder.name_or_path={folder}")))
 
 
 def test_longformer_qa_gives_what_transformers_own_qa_model_gives(family_dir, family_cfg):
@@ -157,7 +158,7 @@ def test_longformer_qa_gives_what_transformers_own_qa_model_gives(family_dir, fa
 
     from sesame.tasks.qa.module import SquadModule
 
-    module = SquadModule(family_cfg("longformer", "squad_v2", "fusion=last")).eval()
+    module = SquadModule(RunSettings.from_config(family_cfg("longformer", "squad_v2", "fusion=last"))).eval()
     hf = LongformerForQuestionAnswering(module.encoder.model.config).eval()
     missing, _ = hf.longformer.load_state_dict(module.encoder.model.state_dict(), strict=False)
     assert not [k for k in missing if not k.startswith("pooler.")]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.inputs.batching import PaddingCollator
 from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.encoders.encoder import Encoder, encoder_inputs, load_tokenizer
@@ -122,7 +123,7 @@ def test_top_k_trains_only_the_top_layers(name, trained, family_cfg, family_dir,
     from sesame.tasks.ner.module import NerModule
 
     try:
-        NerModule(family_cfg(name, "ner", "finetune=top_k", "finetune.top_k=1"))
+        NerModule(RunSettings.from_config(family_cfg(name, "ner", "finetune=top_k", "finetune.top_k=1")))
     except ConfigError as err:
         cell = refusal(err)
     else:
@@ -165,7 +166,7 @@ def test_cls_pooling_reads_the_summary_token(name, trained, family_cfg, record):
     from sesame.tasks.glue.module import SentenceClassificationModule
 
     try:
-        module = SentenceClassificationModule(family_cfg(name, "glue", "pooling=cls"))
+        module = SentenceClassificationModule(RunSettings.from_config(family_cfg(name, "glue", "pooling=cls")))
     except ConfigError as err:
         check(record, name, "cls", refusal(err))
         return
@@ -186,7 +187,7 @@ def test_pooler_pooling_starts_from_the_pretrained_pooler(name, family_cfg, fami
     from sesame.tasks.glue.module import SentenceClassificationModule
 
     try:
-        module = SentenceClassificationModule(family_cfg(name, "glue", "pooling=pooler"))
+        module = SentenceClassificationModule(RunSettings.from_config(family_cfg(name, "glue", "pooling=pooler")))
     except ConfigError as err:
         check(record, name, "pooler", refusal(err))
         return

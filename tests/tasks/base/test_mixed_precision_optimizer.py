@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base import task_module
 from sesame.tasks.runs import runner
 
@@ -29,8 +30,8 @@ def test_bf16_training_steps_with_the_fused_adamw_and_clipped_gradients(make_cfg
         return optimizer, scheduler
 
     monkeypatch.setattr(task_module, "build_optimizer", recording_build)
-    runner.train(make_cfg("data.max_train_examples=24", "data.batch_size=8", f"trainer.precision={precision}",
-                          f"trainer.gradient_clip_val={clip}"), tmp_path)
+    runner.train(RunSettings.from_config(make_cfg("data.max_train_examples=24", "data.batch_size=8", f"trainer.precision={precision}",
+                          f"trainer.gradient_clip_val={clip}")), tmp_path)
     assert len(seen) == 3
     assert all(step["fused"] is fused for step in seen)
     assert all(step["norm"] <= clip * (1 + 1e-4) for step in seen), seen

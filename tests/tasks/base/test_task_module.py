@@ -11,14 +11,15 @@ import lightning as L
 import numpy as np
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs import runner
 from sesame.tasks.core.paths import shipped_path
 from sesame.tasks.qa.metrics import squad_v1
 
 
 def test_metrics_json_holds_float64_values_and_integer_counts(make_cfg, tmp_path):
-    metrics = runner.train(make_cfg("data.max_train_examples=32", "data.max_eval_examples=100",
-                                    "trainer.limit_val_batches=null"), tmp_path)
+    metrics = runner.train(RunSettings.from_config(make_cfg("data.max_train_examples=32", "data.max_eval_examples=100",
+                                    "trainer.limit_val_batches=null")), tmp_path)
     written = json.loads((tmp_path / "metrics.json").read_text())
     with open(shipped_path("glue/sst2/dev.tsv"), encoding="utf-8") as f:
         gold = [row["label"] for row in csv.DictReader(f, delimiter="\t")][:100]
@@ -34,7 +35,7 @@ def test_a_partial_qa_evaluation_scores_whole_questions_only(make_cfg, tmp_path)
     cfg = make_cfg("task=squad_v1", "data.max_train_examples=16", "data.max_eval_examples=40", "data.max_seq_length=368",
                    "data.doc_stride=128", "data.eval_batch_size=8", "trainer.limit_val_batches=3")
     # Which questions have all their windows among the 3 x 8 longest (evaluation is length-sorted)?
-    data = runner.build_datamodule(cfg)
+    data = runner.build_datamodule(RunSettings.from_config(cfg))
     data.setup("validate")
     question = data.eval_units("validation")
     first = set(np.argsort(-np.asarray(data.example_lengths("validation")), kind="stable")[:24].tolist())
@@ -42,7 +43,7 @@ def test_a_partial_qa_evaluation_scores_whole_questions_only(make_cfg, tmp_path)
     whole = {q for q in seen if all(i in first for i in np.flatnonzero(question == q))}
     assert 0 < len(whole) < len(seen)  # some questions were cut: the case under test
 
-    runner.train(cfg, tmp_path)
+    runner.train(RunSettings.from_config(cfg), tmp_path)
     written = json.loads((tmp_path / "metrics.json").read_text())
     predictions = json.loads((tmp_path / "predictions.json").read_text())
     ids = data.examples("validation")["id"]
@@ -55,15 +56,15 @@ def test_a_partial_qa_evaluation_scores_whole_questions_only(make_cfg, tmp_path)
 
 
 def test_an_evaluation_with_no_whole_example_scores_nan_instead_of_crashing(make_cfg, tmp_path):
-    metrics = runner.train(make_cfg("task=squad_v1", "data.max_train_examples=8", "data.max_eval_examples=40",
+    metrics = runner.train(RunSettings.from_config(make_cfg("task=squad_v1", "data.max_train_examples=8", "data.max_eval_examples=40",
                                     "data.max_seq_length=128", "data.doc_stride=64", "data.eval_batch_size=8",
-                                    "trainer.limit_val_batches=1"), tmp_path)
+                                    "trainer.limit_val_batches=1")), tmp_path)
     assert metrics["val_examples_scored"] == 0 and metrics["val_f1"] is None
 
 
 def test_a_partial_ner_evaluation_counts_sentences(make_cfg, tmp_path):
-    runner.train(make_cfg("task=ner", "data.max_train_examples=16", "data.max_eval_examples=50",
-                          "data.eval_batch_size=8", "trainer.limit_val_batches=2"), tmp_path)
+    runner.train(RunSettings.from_config(make_cfg("task=ner", "data.max_train_examples=16", "data.max_eval_examples=50",
+                          "data.eval_batch_size=8", "trainer.limit_val_batches=2")), tmp_path)
     written = json.loads((tmp_path / "metrics.json").read_text())
     sentences = (tmp_path / "val_predictions.conll").read_text().strip().split("\n\n")
     assert written["val_examples_total"] == 50
@@ -84,7 +85,7 @@ def test_the_sanity_check_writes_no_predictions_and_logs_no_metrics(make_cfg, tm
     build = runner.build_trainer
     monkeypatch.setattr(runner, "build_trainer", lambda cfg, run_dir, monitor, extra=None, **kw: build(
         cfg, run_dir, monitor, [*(extra or []), probe], **kw))
-    metrics = runner.train(make_cfg(f"task={task}", "data.max_train_examples=8", "data.max_eval_examples=8",
-                                    "trainer.num_sanity_val_steps=1"), tmp_path)
+    metrics = runner.train(RunSettings.from_config(make_cfg(f"task={task}", "data.max_train_examples=8", "data.max_eval_examples=8",
+                                    "trainer.num_sanity_val_steps=1")), tmp_path)
     assert probe.seen == []  # the sanity pass ran (seen is set) and wrote nothing
     assert metrics["val_examples_scored"] == 8  # the real validation scored every example

@@ -9,13 +9,16 @@ import pytest
 import torch
 from hydra.utils import get_class
 
+from omegaconf import OmegaConf
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.heads.distillation import distillation_kl
-from sesame.tasks.compression.distill import DistillSettings, TeacherLogitCache
+from sesame.tasks.compression.distill import TeacherLogitCache
+from sesame.tasks.base.distill_settings import DistillSettings
 from sesame.tasks.compression.drop_layers import drop_layers
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.runs.runner import attach_distiller, build_datamodule, config_with_data, train
+from sesame.tasks.runs.runner import attach_distiller, build_datamodule, settings_with_data, train
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,7 @@ def teachers(make_cfg, tmp_path_factory):
     root = tmp_path_factory.mktemp("teachers")
     out = {}
     for task in ("glue", "ner", "squad_v1"):
-        train(make_cfg(f"task={task}", f"data.max_eval_examples={EVAL[task]}"), root / task)
+        train(RunSettings.from_config(make_cfg(f"task={task}", f"data.max_eval_examples={EVAL[task]}")), root / task)
         drop_layers(root / task, root / f"{task}_student", keep="every_other", encoder_only=True)
         out[task] = (root / task, root / f"{task}_student" / "encoder")
     return out
@@ -36,11 +39,11 @@ EVAL = {"glue": 32, "ner": 32, "squad_v1": 8}
 def _student(make_cfg, task, teacher, encoder, *extra):
     cfg = make_cfg(f"task={task}", f"encoder.name_or_path={encoder}", f"distill.teacher={teacher}",
                    f"data.max_eval_examples={EVAL[task]}", *extra)
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
-    cfg = config_with_data(cfg, dm)
+    cfg = OmegaConf.merge(cfg, dm.config_updates())  # what the data decides (label sets)
     torch.manual_seed(0)
-    student = get_class(cfg.task.module)(cfg)
+    student = get_class(cfg.task.module)(RunSettings.from_config(cfg))
     attach_distiller(DistillSettings.from_config(cfg.distill), student)
     return student, next(iter(dm.train_dataloader()))
 
@@ -107,9 +110,9 @@ def test_alpha_one_trains_on_the_gold_loss_alone(make_cfg, teachers):
 
 def test_without_a_teacher_the_loss_is_the_gold_loss(make_cfg):
     cfg = make_cfg()
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
-    module = get_class(cfg.task.module)(config_with_data(cfg, dm)).eval()
+    module = get_class(cfg.task.module)(settings_with_data(RunSettings.from_config(cfg), dm)).eval()
     batch = next(iter(dm.train_dataloader()))
     assert module.distiller is None and module.configure_callbacks() == []
     assert module.training_step(batch, 0).item() == pytest.approx(module.head.loss(module(batch), batch["labels"]).item(), rel=1e-6)
@@ -174,7 +177,7 @@ def _teacher_calls(monkeypatch):
     original = EncoderTaskModule.encode
 
     def encode(self, batch):
-        if not self.cfg.distill.teacher:
+        if not self.settings.distill.teacher:
             calls.append(batch["input_ids"].shape[0])
         return original(self, batch)
 
@@ -187,16 +190,16 @@ def test_a_distillation_run_end_to_end_with_the_logit_cache(make_cfg, teachers, 
     common = ("task=glue", f"encoder.name_or_path={encoder}", f"distill.teacher={teacher_run}", "data.max_eval_examples=32",
               "trainer.max_epochs=2", "seed=5")
     calls = _teacher_calls(monkeypatch)
-    plain = train(make_cfg(*common), tmp_path / "plain")
+    plain = train(RunSettings.from_config(make_cfg(*common)), tmp_path / "plain")
     assert sum(calls) > 0
     cache = ("distill.cache=true", f"distill.cache_dir={tmp_path / 'cache'}")
     calls.clear()
-    first = train(make_cfg(*common, *cache), tmp_path / "cached")
+    first = train(RunSettings.from_config(make_cfg(*common, *cache)), tmp_path / "cached")
     per_epoch = sum(calls)
     assert per_epoch > 0 and len(list((tmp_path / "cache").glob("*.npz"))) == 1
     assert first == pytest.approx(plain, rel=1e-5)
     calls.clear()
-    second = train(make_cfg(*common, *cache), tmp_path / "again")
+    second = train(RunSettings.from_config(make_cfg(*common, *cache)), tmp_path / "again")
     assert calls == [] and second == first  # the teacher never ran
 
     # The distillation term was logged, and the student's checkpoint holds the student only.
@@ -209,7 +212,7 @@ def test_a_distillation_run_end_to_end_with_the_logit_cache(make_cfg, teachers, 
     # Evaluating the student needs no teacher.
     shutil.move(teacher_run, tmp_path / "teacher_moved")
     try:
-        got = evaluate(make_cfg("data.max_eval_examples=32", f"++model={tmp_path / 'plain'}"), tmp_path / "eval")
+        got = evaluate(RunSettings.from_config(make_cfg("data.max_eval_examples=32", f"++model={tmp_path / 'plain'}")), tmp_path / "eval")
     finally:
         shutil.move(tmp_path / "teacher_moved", teacher_run)
     assert got["val_accuracy"] == plain["val_accuracy"]
@@ -225,7 +228,7 @@ def test_a_teacher_whose_outputs_mean_something_else_is_refused(make_cfg, teache
     from sesame.tasks.compression.distill import check_compatible
     from sesame.tasks.saved.checkpoints import build_module
 
-    built_teacher, built_student = build_module(make_cfg(*teacher)), build_module(make_cfg(*student))
+    built_teacher, built_student = build_module(RunSettings.from_config(make_cfg(*teacher))), build_module(RunSettings.from_config(make_cfg(*student)))
     with pytest.raises(ConfigError, match=f"teacher and student differ in {differ}"):
         check_compatible(built_teacher, built_student)
-    check_compatible(built_teacher, build_module(make_cfg(*teacher)))  # the same contract: accepted
+    check_compatible(built_teacher, build_module(RunSettings.from_config(make_cfg(*teacher))))  # the same contract: accepted

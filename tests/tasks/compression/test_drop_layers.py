@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.compression.drop_layers import drop_layers, select_layers
 from sesame.tasks.runs.evaluation import evaluate
@@ -75,7 +76,7 @@ def test_the_student_folder_loads_with_k_layers_and_the_kept_weights(tiny_bert_d
 @pytest.mark.parametrize("task", ["glue", "ner"])
 def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cfg, tmp_path, task):
     run = tmp_path / "run"
-    trained = train(make_cfg(f"task={task}", "data.max_eval_examples=32"), run)
+    trained = train(RunSettings.from_config(make_cfg(f"task={task}", "data.max_eval_examples=32")), run)
     teacher = load_trained(run).module
     out = subprocess.run(
         [sys.executable, "-m", "sesame.tasks.cli.compress", "drop-layers", str(run), str(tmp_path / "s"), "--keep", "bottom", "--num-layers", "3"],
@@ -96,11 +97,11 @@ def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cf
     for k in heads:
         torch.testing.assert_close(student_sd[k], teacher_sd[k], rtol=0, atol=0)
     metric = MAIN_METRIC[task]
-    metrics = evaluate(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++model={tmp_path / 's'}"), tmp_path / "eval")
+    metrics = evaluate(RunSettings.from_config(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++model={tmp_path / 's'}")), tmp_path / "eval")
     assert metrics[metric] == pytest.approx(_score_of_prediction_file(task, tmp_path / "eval"), rel=1e-6)
     # Keeping every layer gives back the fine-tuned model: its run's predictions and metrics exactly.
     drop_layers(run, tmp_path / "all", keep="0,1,2,3")
-    same = evaluate(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++model={tmp_path / 'all'}"), tmp_path / "eval_all")
+    same = evaluate(RunSettings.from_config(make_cfg(f"task={task}", "data.max_eval_examples=32", f"++model={tmp_path / 'all'}")), tmp_path / "eval_all")
     assert (tmp_path / "eval_all" / PREDICTIONS[task]).read_text() == (run / PREDICTIONS[task]).read_text()
     assert same[metric] == trained[metric]
     assert same["val_loss"] == pytest.approx(trained["val_loss"], rel=1e-6)  # the predictions may all be one class
@@ -108,7 +109,7 @@ def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cf
 
 def test_a_head_that_does_not_fit_is_a_clear_error(make_cfg, tmp_path):
     run = tmp_path / "run"
-    train(make_cfg("fusion=scalar_mix", "data.max_eval_examples=32"), run)  # one weight per teacher layer
+    train(RunSettings.from_config(make_cfg("fusion=scalar_mix", "data.max_eval_examples=32")), run)  # one weight per teacher layer
     with pytest.raises(ValueError, match="--encoder-only"):
         drop_layers(run, tmp_path / "s", keep="every_other")
     report = drop_layers(run, tmp_path / "s2", keep="every_other", encoder_only=True)
@@ -119,13 +120,13 @@ def test_a_pooler_pooled_run_gives_a_student_that_starts_from_its_trained_pooler
     # pooling=pooler keeps the trained pooler in the head (the encoder's is dropped); the student's head is
     # built from its encoder's pooler, so the student encoder must carry the teacher's trained one.
     tiny = ["data.max_train_examples=16", "data.max_eval_examples=16"]
-    train(make_cfg("pooling=pooler", *tiny), tmp_path / "teacher")
+    train(RunSettings.from_config(make_cfg("pooling=pooler", *tiny)), tmp_path / "teacher")
     drop_layers(tmp_path / "teacher", tmp_path / "student", keep="bottom", num_keep=2)
     teacher = load_trained(tmp_path / "teacher").module
     student_encoder = AutoModel.from_pretrained(tmp_path / "student" / "encoder")
     assert torch.equal(student_encoder.pooler.dense.weight, teacher.pooling.dense.weight)
     student = load_trained(tmp_path / "student").module
     assert torch.equal(student.pooling.dense.weight, teacher.pooling.dense.weight)
-    metrics = train(make_cfg("pooling=pooler", *tiny, f"encoder.name_or_path={tmp_path / 'student' / 'encoder'}",
-                             f"distill.teacher={tmp_path / 'teacher'}"), tmp_path / "distilled")
+    metrics = train(RunSettings.from_config(make_cfg("pooling=pooler", *tiny, f"encoder.name_or_path={tmp_path / 'student' / 'encoder'}",
+                             f"distill.teacher={tmp_path / 'teacher'}")), tmp_path / "distilled")
     assert "val_accuracy" in metrics

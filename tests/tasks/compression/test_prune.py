@@ -15,6 +15,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.compression.prune import prune, training_batches
 from sesame.tasks.compression.prune_importance import PruningMasks, importance, normalised, select
 from sesame.tasks.core.errors import ConfigError, DataError, UserError
@@ -188,12 +189,12 @@ def test_importance_is_the_finite_difference_of_the_loss(run4, name, monkeypatch
 
 def test_importance_reaches_a_frozen_encoder_and_leaves_the_module_as_it_was(make_cfg, bert4_dir):
     from sesame.tasks.saved.checkpoints import build_module
-    from sesame.tasks.runs.runner import build_datamodule, config_with_data
+    from sesame.tasks.runs.runner import build_datamodule, settings_with_data
 
     cfg = make_cfg("finetune=frozen", "data.max_train_examples=8", f"encoder.name_or_path={bert4_dir}", tiny=False)
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
-    module = build_module(config_with_data(cfg, dm)).train()
+    module = build_module(settings_with_data(RunSettings.from_config(cfg), dm)).train()
     trainable = {n for n, p in module.named_parameters() if p.requires_grad}
     scores = importance(module, [next(iter(dm.train_dataloader()))], BERT_LAYOUT)
     assert all(s.min() > 0 for s in scores.heads + scores.neurons)  # the frozen encoder's graph was kept
@@ -269,7 +270,7 @@ def test_the_pruned_run_evaluates_and_predicts(make_cfg, pruned, tmp_path):
     from tests.conftest import prediction_accuracy
 
     folder, _ = pruned("sst2")
-    metrics = evaluate(make_cfg(*run_overrides("sst2"), f"++model={folder}"), tmp_path / "eval")
+    metrics = evaluate(RunSettings.from_config(make_cfg(*run_overrides("sst2"), f"++model={folder}")), tmp_path / "eval")
     written = tmp_path / "eval" / "val_SST-2.tsv"
     assert metrics["val_accuracy"] == pytest.approx(prediction_accuracy(written))
     outputs = Predictor.from_run(folder)([{"id": i, "text": t} for i, t in enumerate(sst2_texts(40))])
@@ -307,11 +308,11 @@ def test_the_pruned_encoder_reloads_and_trains_further_with_its_teacher_and_resu
     overrides = [*run_overrides("sst2"), f"encoder.name_or_path={folder / 'encoder'}", f"distill.teacher={run4('sst2')}",
                  "data.max_train_examples=32", "data.batch_size=8"]
     run = tmp_path / "recovered"
-    metrics = train(make_cfg(*overrides, "trainer.max_epochs=1", tiny=False), run)
+    metrics = train(RunSettings.from_config(make_cfg(*overrides, "trainer.max_epochs=1", tiny=False)), run)
     assert "val_accuracy" in metrics
     step = lambda: torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]  # noqa: E731
     assert step() == 4
-    train(make_cfg(*overrides, "trainer.max_epochs=2", "resume=true", tiny=False), run)
+    train(RunSettings.from_config(make_cfg(*overrides, "trainer.max_epochs=2", "resume=true", tiny=False)), run)
     assert step() == 8
     recovered = load_trained(run).module
     assert present(recovered.encoder.model, BERT_LAYOUT) == (report["heads"]["per_layer"], report["neurons"]["per_layer"])
@@ -451,8 +452,8 @@ def test_an_int8_run_is_refused(run4, tmp_path):
 
 def test_a_lora_run_is_refused(make_cfg, bert4_dir, tmp_path):
     run = tmp_path / "lora"
-    train(make_cfg("finetune=lora", "data.max_train_examples=16", "data.max_eval_examples=16",
-                   f"encoder.name_or_path={bert4_dir}", tiny=False), run)
+    train(RunSettings.from_config(make_cfg("finetune=lora", "data.max_train_examples=16", "data.max_eval_examples=16",
+                   f"encoder.name_or_path={bert4_dir}", tiny=False)), run)
     with pytest.raises(ConfigError, match=r"trained LoRA adapters \(finetune=lora\) on the projections pruning cuts"):
         prune(run, tmp_path / "out", heads=0.3)
     assert not (tmp_path / "out").exists()
@@ -477,8 +478,8 @@ def test_a_family_without_a_layout_is_named(make_cfg, tmp_path_factory, bert4_di
     DistilBertModel(DistilBertConfig(vocab_size=len(tokenizer), dim=16, n_heads=4, n_layers=2, hidden_dim=32)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     run = tmp_path / "run"
-    train(make_cfg("pooling=mean", "data.max_train_examples=16", "data.max_eval_examples=16",
-                   f"encoder.name_or_path={folder}", tiny=False), run)
+    train(RunSettings.from_config(make_cfg("pooling=mean", "data.max_train_examples=16", "data.max_eval_examples=16",
+                   f"encoder.name_or_path={folder}", tiny=False)), run)
     with pytest.raises(ConfigError, match=r"sesame-compress prune: structured pruning does not know where the distilbert "
                                           r"family keeps .*; it supports bert, roberta, xlm-roberta, electra"):
         prune(run, tmp_path / "out", heads=0.3)
@@ -613,7 +614,7 @@ def test_the_schedule_output_is_the_last_recovered_run(make_cfg, schedule, tmp_p
     for key, value in recovered.module.state_dict().items():
         assert torch.equal(trained.module.state_dict()[key], value), key
     # sesame-eval and sesame-predict run it as any run folder; its dev score is the recovered run's.
-    metrics = evaluate(make_cfg(*run_overrides("sst2"), f"++model={out}"), tmp_path / "eval")
+    metrics = evaluate(RunSettings.from_config(make_cfg(*run_overrides("sst2"), f"++model={out}")), tmp_path / "eval")
     assert metrics["val_accuracy"] == report["score"]
     outputs = Predictor.from_run(out)([{"id": i, "text": t} for i, t in enumerate(sst2_texts(40))])
     rows = [line.split("\t") for line in (tmp_path / "eval" / "val_SST-2.tsv").read_text().splitlines()[1:]]
@@ -627,9 +628,9 @@ def test_a_stopped_schedule_continues_from_its_finished_rounds(run4, tmp_path, m
     real_train, real_prune = schedule_module.train, schedule_module.prune
     dies = [Path("rounds/2/recovered")]
 
-    def dying_train(cfg, run_dir):
-        calls.append(("train", cfg.resume))
-        real_train(cfg, run_dir)
+    def dying_train(settings, run_dir):
+        calls.append(("train", settings.resume))
+        real_train(settings, run_dir)
         if dies and Path(run_dir).match(f"*/{dies[0]}"):  # round 2's training dies before its metrics are written
             dies.clear()
             (Path(run_dir) / "metrics.json").unlink()

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.saved.int8 import count_quantized_linear, is_quantized
 from sesame.tasks.compression.quantize import quantize_checkpoint
@@ -19,7 +20,7 @@ from sesame.tasks.runs.runner import train
 @pytest.fixture(scope="module")
 def glue_run(make_cfg, tmp_path_factory):
     run = tmp_path_factory.mktemp("glue_run")
-    metrics = train(make_cfg("data.max_eval_examples=64"), run)
+    metrics = train(RunSettings.from_config(make_cfg("data.max_eval_examples=64")), run)
     return run, metrics
 
 
@@ -30,7 +31,7 @@ def test_a_quantized_checkpoint_evaluates_through_sesame_eval(make_cfg, glue_run
     int8 = load_trained(tmp_path / "int8")
     module, cfg = int8.module, int8.cfg
     assert is_quantized(cfg) and count_quantized_linear(module)[1] == 0
-    got = evaluate(make_cfg("data.max_eval_examples=64", f"++model={tmp_path / 'int8'}"), tmp_path / "eval")
+    got = evaluate(RunSettings.from_config(make_cfg("data.max_eval_examples=64", f"++model={tmp_path / 'int8'}")), tmp_path / "eval")
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
     assert abs(got["val_accuracy"] - trained["val_accuracy"]) <= 0.1
     float_preds = (run / "val_SST-2.tsv").read_text().splitlines()
@@ -53,9 +54,9 @@ def test_the_console_script_quantizes_and_refuses_twice(glue_run, tmp_path):
 @pytest.mark.parametrize(("task", "files"), [("ner", ["val_predictions.conll"]), ("squad_v1", ["predictions.json", "nbest_predictions.json"])])
 def test_quantized_ner_and_qa_checkpoints_evaluate_and_predict(make_cfg, tmp_path, task, files):
     overrides = (f"task={task}", "data.max_eval_examples=16")
-    trained = train(make_cfg(*overrides), tmp_path / "run")
+    trained = train(RunSettings.from_config(make_cfg(*overrides)), tmp_path / "run")
     quantize_checkpoint(tmp_path / "run", tmp_path / "int8")
-    got = evaluate(make_cfg(*overrides, f"++model={tmp_path / 'int8'}"), tmp_path / "eval")
+    got = evaluate(RunSettings.from_config(make_cfg(*overrides, f"++model={tmp_path / 'int8'}")), tmp_path / "eval")
     scale = 100 if task == "squad_v1" else 1  # SQuAD's F1 is in percent
     assert abs(got["val_f1"] - trained["val_f1"]) <= 0.2 * scale
     for name in files:

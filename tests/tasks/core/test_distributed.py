@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs import runner
 from sesame.tasks.core.distributed import gather_rows
 from sesame.tasks.runs.runner import train
@@ -34,7 +35,7 @@ TASKS = [("squad_v1", "val_f1", "predictions.json")]
 
 @pytest.mark.parametrize("task, metric, predictions", TASKS, ids=[t[0] for t in TASKS])
 def test_ddp_on_two_processes_gives_the_single_process_metrics(make_cfg, tiny_bert_dir, tmp_path, task, metric, predictions):
-    train(make_cfg(f"task={task}", "data.max_train_examples=32", "data.max_eval_examples=41"), tmp_path / "run")
+    train(RunSettings.from_config(make_cfg(f"task={task}", "data.max_train_examples=32", "data.max_eval_examples=41")), tmp_path / "run")
     single = _eval(tmp_path / "run", tmp_path / "one", tiny_bert_dir, task)
     ddp = _eval(tmp_path / "run", tmp_path / "two", tiny_bert_dir, task,
                 "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu")
@@ -95,7 +96,7 @@ def test_ddp_training_on_two_processes_sees_the_length_grouped_batches_and_metri
     build = runner.build_trainer
     monkeypatch.setattr(runner, "build_trainer", lambda cfg, run_dir, monitor, extra=None, **kw: build(
         cfg, run_dir, monitor, [*(extra or []), recorder], **kw))
-    one = train(make_cfg(*overrides, f"encoder.name_or_path={no_dropout_bert}", "data.batch_size=8"), tmp_path / "one")
+    one = train(RunSettings.from_config(make_cfg(*overrides, f"encoder.name_or_path={no_dropout_bert}", "data.batch_size=8")), tmp_path / "one")
     two = recorded_run(tmp_path / "two", no_dropout_bert, *overrides, "data.batch_size=4", *DDP)
 
     # rank 0's k-th batch then rank 1's is one process's k-th batch, example for example, all epoch

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import warnings
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.known_noise import known_noise_silenced
 from sesame.tasks.base.task_module import EncoderTaskModule
 from sesame.tasks.saved.checkpoints import build_module
@@ -32,7 +33,7 @@ def test_a_frozen_run_shows_no_known_noise_and_keeps_lightning_s_other_lines(mak
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            train(make_cfg("finetune=frozen", "data.max_train_examples=32", "data.max_eval_examples=16"), tmp_path)
+            train(RunSettings.from_config(make_cfg("finetune=frozen", "data.max_train_examples=32", "data.max_eval_examples=16")), tmp_path)
     finally:
         lightning_log.removeHandler(lines)
     shown = [str(w.message) for w in caught]
@@ -89,8 +90,8 @@ def test_the_int8_and_onnx_messages_are_silenced_and_their_neighbours_kept():
 
 
 def test_modules_left_in_eval_by_mistake_are_named(make_cfg):
-    frozen: EncoderTaskModule = build_module(make_cfg("finetune=frozen"))
+    frozen: EncoderTaskModule = build_module(RunSettings.from_config(make_cfg("finetune=frozen")))
     assert frozen.unintended_eval_modules() == []  # the frozen encoder is in eval on purpose
-    full = build_module(make_cfg("finetune=full"))
+    full = build_module(RunSettings.from_config(make_cfg("finetune=full")))
     full.head.eval()
     assert "head" in full.unintended_eval_modules()  # Lightning's warning about it is then shown

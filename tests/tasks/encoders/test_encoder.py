@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.encoders.encoder import Encoder, load_tokenizer, resolve_name_or_path
 
 
@@ -53,7 +54,7 @@ def test_the_last_layer_alone_equals_the_last_of_all_hidden_states(tiny_bert_dir
 def test_modules_ask_for_every_hidden_state_only_when_the_fusion_reads_them(make_cfg, fusion, all_layers, monkeypatch):
     from sesame.tasks.saved.checkpoints import build_module
 
-    module = build_module(make_cfg(f"fusion={fusion}"))
+    module = build_module(RunSettings.from_config(make_cfg(f"fusion={fusion}")))
     calls = []
     original = type(module.encoder.model).forward
 
@@ -62,7 +63,7 @@ def test_modules_ask_for_every_hidden_state_only_when_the_fusion_reads_them(make
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(type(module.encoder.model), "forward", spy)
-    batch = load_tokenizer(module.cfg.encoder.name_or_path)(["good film", "bad"], padding=True, return_tensors="pt")
+    batch = load_tokenizer(module.settings.encoder.name_or_path)(["good film", "bad"], padding=True, return_tensors="pt")
     logits = module(dict(batch))
     assert calls == [all_layers] and logits.shape == (2, 2)
 
@@ -74,13 +75,13 @@ def test_the_encoder_pooler_never_runs(make_cfg, pooling, tmp_path):
     from sesame.tasks.saved.checkpoints import build_module, load_trained
     from sesame.tasks.runs.runner import train
 
-    module = build_module(make_cfg(f"pooling={pooling}"))
+    module = build_module(RunSettings.from_config(make_cfg(f"pooling={pooling}")))
     assert module.encoder.model.pooler is None
     assert not any(".pooler." in k for k in module.state_dict() if k.startswith("encoder."))
     if pooling == "pooler":
-        pretrained = Encoder(str(module.cfg.encoder.name_or_path)).model.pooler.dense.weight
+        pretrained = Encoder(str(module.settings.encoder.name_or_path)).model.pooler.dense.weight
         torch.testing.assert_close(module.pooling.dense.weight, pretrained)
-        metrics = train(make_cfg(f"pooling={pooling}", "finetune=frozen"), tmp_path)
+        metrics = train(RunSettings.from_config(make_cfg(f"pooling={pooling}", "finetune=frozen")), tmp_path)
         again = load_trained(tmp_path).module
         assert again.encoder.model.pooler is None
         torch.testing.assert_close(again.pooling.dense.weight, torch.load(

@@ -9,8 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import load_trained
-from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, load_tokenizer
+from sesame.tasks.encoders.encoder import Encoder, load_tokenizer
+from sesame.tasks.encoders.encoder_settings import EncoderSettings
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.inputs.feature_cache import encoder_fingerprint
@@ -72,7 +74,7 @@ def test_a_run_initialises_from_its_own_seed(make_cfg, tiny_bert_dir, tmp_path):
     run stores the encoder it never trains in <run>/encoder/, so the initial weights can be read back)."""
     stored = {}
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        train(make_cfg("encoder.init=random", "finetune=frozen", f"seed={seed}", *SMALL), tmp_path / name)
+        train(RunSettings.from_config(make_cfg("encoder.init=random", "finetune=frozen", f"seed={seed}", *SMALL)), tmp_path / name)
         stored[name] = load_file(tmp_path / name / "encoder" / "model.safetensors")
     assert all(torch.equal(stored["a"][k], stored["b"][k]) for k in stored["a"])
     assert _matrices_differ(stored["a"], stored["c"])
@@ -88,10 +90,10 @@ def test_a_random_init_run_evaluates_to_its_own_metrics(make_cfg, tiny_bert_dir,
     copy = tmp_path / "pretrained"
     shutil.copytree(tiny_bert_dir, copy)
     run = tmp_path / "run"
-    metrics = train(make_cfg(f"encoder.name_or_path={copy}", "encoder.init=random", f"finetune={finetune}", *SMALL), run)
+    metrics = train(RunSettings.from_config(make_cfg(f"encoder.name_or_path={copy}", "encoder.init=random", f"finetune={finetune}", *SMALL)), run)
     shutil.rmtree(copy)
 
-    got = evaluate(make_cfg(*SMALL, f"++model={run}"), tmp_path / "eval")
+    got = evaluate(RunSettings.from_config(make_cfg(*SMALL, f"++model={run}")), tmp_path / "eval")
     assert got["val_accuracy"] == metrics["val_accuracy"]
     assert got["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-6)
     assert (tmp_path / "eval" / "val_SST-2.tsv").read_text() == (run / "val_SST-2.tsv").read_text()
@@ -104,7 +106,7 @@ def test_a_random_init_run_evaluates_to_its_own_metrics(make_cfg, tiny_bert_dir,
     with pytest.raises(ConfigError, match="encoder.init cannot be overridden"):
         load_trained(run, overrides={"encoder.init": "pretrained"})
     with pytest.raises(ConfigError, match="encoder.init cannot be overridden"):
-        evaluate(make_cfg(*SMALL, f"++model={run}", "encoder.init=pretrained"), tmp_path / "e2",
+        evaluate(RunSettings.from_config(make_cfg(*SMALL, f"++model={run}", "encoder.init=pretrained")), tmp_path / "e2",
                  overrides=["encoder.init=pretrained"])
 
 
@@ -112,7 +114,7 @@ def test_a_bad_init_is_a_config_error_naming_the_choices(make_cfg, tmp_path):
     with pytest.raises(ConfigError, match=r"encoder.init='scratch' is not one of pretrained, random"):
         EncoderSettings.from_config(make_cfg("encoder.init=scratch").encoder)
     with pytest.raises(ConfigError, match=r"encoder.init='Random' is not one of pretrained, random"):
-        train(make_cfg("encoder.init=Random", *SMALL), tmp_path / "run")
+        train(RunSettings.from_config(make_cfg("encoder.init=Random", *SMALL)), tmp_path / "run")
     assert not (tmp_path / "run" / "checkpoints").exists()
     with pytest.raises(MissingFileError):  # the path is still checked with init=random
         _build(make_cfg(f"encoder.name_or_path={tmp_path / 'nowhere'}", "encoder.init=random"), 1)

@@ -4,19 +4,22 @@ import lightning as L
 import pytest
 import torch
 
+from omegaconf import OmegaConf
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.encoders.finetune import FinetuneSettings, parameter_groups
+from sesame.tasks.encoders.finetune import parameter_groups
+from sesame.tasks.encoders.finetune_settings import FinetuneSettings
 from sesame.tasks.glue.module import SentenceClassificationModule
-from sesame.tasks.runs.runner import build_datamodule, config_with_data
+from sesame.tasks.runs.runner import build_datamodule, settings_with_data
 from tests.conftest import require
 
 
 def _fit(cfg, steps: int = 3):
     L.seed_everything(0)
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
-    cfg = config_with_data(cfg, dm)
-    module = SentenceClassificationModule(cfg)
+    cfg = OmegaConf.merge(cfg, dm.config_updates())  # what the data decides (label sets)
+    module = SentenceClassificationModule(RunSettings.from_config(cfg))
     before = {k: v.detach().clone() for k, v in module.state_dict().items()}
     trainer = L.Trainer(
         max_steps=steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
@@ -52,13 +55,13 @@ def test_top_k_trains_only_the_top_layers(make_cfg):
 
 def test_frozen_encoder_keeps_dropout_off_while_the_head_trains(make_cfg):
     cfg = make_cfg("finetune=frozen")
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
-    module = SentenceClassificationModule(config_with_data(cfg, dm))
+    module = SentenceClassificationModule(settings_with_data(RunSettings.from_config(cfg), dm))
     module.train()
     assert module.head.training and not module.encoder.training
     assert not any(m.training for m in module.encoder.modules())
-    full = SentenceClassificationModule(config_with_data(make_cfg("finetune=full"), dm))
+    full = SentenceClassificationModule(settings_with_data(RunSettings.from_config(make_cfg("finetune=full")), dm))
     assert full.encoder.model.training, "full fine-tuning must train with dropout on"
 
 
@@ -101,12 +104,12 @@ def test_lora_trains_only_adapters_on_the_attention_projections(make_cfg):
     # lora_B starts at zero, so a trained adapter is one whose B moved.
     assert any(after[n].abs().sum() > 0 for n in trainable if "lora_B" in n)
     with pytest.raises(ConfigError, match="lora_target_modules"):
-        SentenceClassificationModule(config_with_data(make_cfg("finetune=lora", "finetune.lora_target_modules=[q_lin]"),
+        SentenceClassificationModule(settings_with_data(RunSettings.from_config(make_cfg("finetune=lora", "finetune.lora_target_modules=[q_lin]")),
                                                       _datamodule(make_cfg())))
 
 
 def _datamodule(cfg):
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
     return dm
 
@@ -153,7 +156,7 @@ def test_gradients_are_freed_right_after_each_optimiser_step(make_cfg, tmp_path,
         return original(self, batch, batch_idx)
 
     monkeypatch.setattr(SentenceClassificationModule, "training_step", spy)
-    train(make_cfg(f"trainer.accumulate_grad_batches={accumulate}"), tmp_path)
+    train(RunSettings.from_config(make_cfg(f"trainer.accumulate_grad_batches={accumulate}")), tmp_path)
     assert len(seen) == 4
     expected = [0, 0, 0, 0] if accumulate == 1 else [0, 1, 0, 1]
     assert [int(n > 0) for n in seen] == expected

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.runs.runner import train
@@ -61,8 +62,8 @@ CASES = [
 def test_a_model_folder_that_cannot_load_safely_is_one_error_line_and_runs_nothing(make_cfg, tiny_bert_dir, tmp_path,
                                                                                    capsys, case, words):
     folder = _folder(tiny_bert_dir, tmp_path, case)
-    for command in (lambda: train(make_cfg(f"encoder.name_or_path={folder}"), tmp_path / "run"),
-                    lambda: evaluate(make_cfg(f"++model={folder}"), tmp_path / "eval")):
+    for command in (lambda: train(RunSettings.from_config(make_cfg(f"encoder.name_or_path={folder}")), tmp_path / "run"),
+                    lambda: evaluate(RunSettings.from_config(make_cfg(f"++model={folder}")), tmp_path / "eval")):
         with pytest.raises(SystemExit) as ended, user_errors_are_messages():
             command()
         err = capsys.readouterr().err

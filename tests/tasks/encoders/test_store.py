@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
 from sesame.tasks.core.errors import ConfigError, DataError, MissingFileError
@@ -25,7 +26,7 @@ def _train_on_a_copy(make_cfg, tiny_bert_dir, tmp_path, *overrides):
     pretrained = tmp_path / "pretrained"
     shutil.copytree(tiny_bert_dir, pretrained)
     run = tmp_path / "run"
-    metrics = train(make_cfg(f"encoder.name_or_path={pretrained}", *SMALL, *overrides), run)
+    metrics = train(RunSettings.from_config(make_cfg(f"encoder.name_or_path={pretrained}", *SMALL, *overrides)), run)
     shutil.rmtree(pretrained)
     return run, metrics
 
@@ -36,7 +37,7 @@ def test_a_run_evaluates_after_its_pretrained_folder_is_deleted(make_cfg, tiny_b
         require("peft")
     extra = {"top_k": ["finetune.top_k=1"], "lora": ["finetune.lora_rank=2"]}.get(finetune, [])
     run, metrics = _train_on_a_copy(make_cfg, tiny_bert_dir, tmp_path, f"finetune={finetune}", *extra)
-    got = evaluate(make_cfg(*SMALL, f"++model={run}"), tmp_path / "eval")
+    got = evaluate(RunSettings.from_config(make_cfg(*SMALL, f"++model={run}")), tmp_path / "eval")
     assert got["val_accuracy"] == metrics["val_accuracy"]
     assert got["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-6)
     assert (tmp_path / "eval" / "val_SST-2.tsv").read_text() == (run / "val_SST-2.tsv").read_text()
@@ -77,16 +78,16 @@ def test_sesame_eval_honours_encoder_overrides_and_refuses_network_ones(make_cfg
     run, metrics = _train_on_a_copy(make_cfg, tiny_bert_dir, tmp_path, "finetune=frozen")
     missing = tmp_path / "nowhere"
     with pytest.raises(MissingFileError, match="nowhere"):  # an override is used, not silently ignored
-        evaluate(make_cfg(*SMALL, f"++model={run}", f"encoder.name_or_path={missing}"), tmp_path / "e0",
+        evaluate(RunSettings.from_config(make_cfg(*SMALL, f"++model={run}", f"encoder.name_or_path={missing}")), tmp_path / "e0",
                  overrides=[f"encoder.name_or_path={missing}"])
     with caplog.at_level(logging.INFO):
-        got = evaluate(make_cfg(*SMALL, f"++model={run}", "encoder.attn_implementation=eager"), tmp_path / "e1",
+        got = evaluate(RunSettings.from_config(make_cfg(*SMALL, f"++model={run}", "encoder.attn_implementation=eager")), tmp_path / "e1",
                        overrides=["encoder.attn_implementation=eager"])
     assert got["val_accuracy"] == metrics["val_accuracy"]
     assert "overriding the trained encoder.attn_implementation=None with eager" in caplog.text
     for override in ("fusion=second_to_last", "pooling=mean", "finetune=full", "head.dropout=0.3"):
         with pytest.raises(ConfigError, match="cannot be overridden"):
-            evaluate(make_cfg(*SMALL, f"++model={run}", override), tmp_path / "e2", overrides=[override])
+            evaluate(RunSettings.from_config(make_cfg(*SMALL, f"++model={run}", override)), tmp_path / "e2", overrides=[override])
 
 
 def test_head_overrides_apply_to_decoding_settings_only():

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.inputs.datamodule import SplitDataModule
 from sesame.tasks.runs.runner import build_datamodule, train
@@ -30,7 +31,7 @@ def trained_run(make_cfg, tmp_path_factory):
     def get(name: str) -> Path:
         if name not in made:
             folder = tmp_path_factory.mktemp(f"run_{name}")
-            train(make_cfg(*RUNS[name]), folder)
+            train(RunSettings.from_config(make_cfg(*RUNS[name])), folder)
             made[name] = folder
         return made[name]
 
@@ -44,7 +45,7 @@ def dev_data(trained: TrainedModel, batch_size: int = 8, limit: int = 16) -> tup
     cfg = OmegaConf.create(trained.cfg)
     cfg.data.max_eval_examples = limit
     cfg.data.eval_batch_size = batch_size
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("validate")
     return list(dm.val_dataloader()), dm
 

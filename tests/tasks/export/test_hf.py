@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import TrainedModel, build_module
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export.hf import build_hf_model, export_hf
@@ -115,9 +115,8 @@ def test_token_classification_is_transformers_model_and_pipeline(loaded, tmp_pat
 
 
 def _module(make_cfg, *overrides: str) -> TrainedModel:
-    cfg = make_cfg(*overrides)
-    module = build_module(cfg).eval()
-    return TrainedModel(module, OmegaConf.to_container(cfg, resolve=True), Path("none.ckpt"), "", "")
+    settings = RunSettings.from_config(make_cfg(*overrides))
+    return TrainedModel(build_module(settings).eval(), settings, Path("none.ckpt"), "", "")
 
 
 @pytest.mark.parametrize("overrides, reason", [

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.export.hf import export_hf
 from sesame.tasks.qa.export import QuestionAnsweringExport
 from sesame.tasks.runs.runner import train
@@ -64,7 +65,7 @@ def test_every_snippet_of_an_onnx_card_runs(trained_run, tmp_path: Path) -> None
 
 def test_a_short_calibrated_run_card_says_how_far_it_trained_and_what_it_applies(make_cfg, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    metrics = train(make_cfg("pooling=pooler", "calibrate=true", "trainer.max_steps=3"), run)  # of 4 a epoch
+    metrics = train(RunSettings.from_config(make_cfg("pooling=pooler", "calibrate=true", "trainer.max_steps=3")), run)  # of 4 a epoch
     export_hf(run, tmp_path / "best")
     card = (tmp_path / "best" / "README.md").read_text()
     assert "| trained | 3 optimiser steps, 4 per epoch: 0.75 epochs |" in card

@@ -10,13 +10,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs.runner import build_datamodule
 
 
 def sentence_expectations(folder: Path, cfg: Mapping[str, Any]) -> list[tuple[dict, dict]]:
     """The evaluated dev sentences (pairs) as the task's data module reads them, each with the label
     ``folder``'s prediction file gives it."""
-    datamodule = build_datamodule(OmegaConf.create(dict(cfg)))
+    datamodule = build_datamodule(RunSettings.from_config(OmegaConf.create(dict(cfg))))
     assert datamodule.spec.labels is not None and not datamodule.spec.multi_label, "single-label runs only"
     rows = datamodule._read("validation_file", require_labels=False)  # the reader evaluation used
     (written,) = folder.glob("val_*.tsv")

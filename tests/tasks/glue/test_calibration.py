@@ -7,6 +7,7 @@ import logging
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.runs.evaluation import evaluate
@@ -21,12 +22,12 @@ RUN = ["pooling=pooler", "finetune.head_lr=5e-2", "data.max_train_examples=128",
 @pytest.fixture(scope="module")
 def calibrated(make_cfg, tmp_path_factory):
     run = tmp_path_factory.mktemp("calibrated")
-    return run, train(make_cfg(*RUN, "calibrate=true"), run)
+    return run, train(RunSettings.from_config(make_cfg(*RUN, "calibrate=true")), run)
 
 
 def _dev_logits(make_cfg, module):
     cfg = make_cfg(*RUN)
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(RunSettings.from_config(cfg))
     datamodule.setup("validate")
     logits, labels = [], []
     with torch.no_grad():
@@ -58,7 +59,7 @@ def test_the_temperature_is_fitted_saved_and_used(make_cfg, calibrated, tmp_path
     assert nll(temperature) <= min(nll(temperature * 1.05), nll(temperature / 1.05))
     assert 0 <= metrics["val_ece_calibrated_crossfit"] <= 1
 
-    evaluated = evaluate(make_cfg(*RUN, f"++model={run}"), tmp_path / "eval")
+    evaluated = evaluate(RunSettings.from_config(make_cfg(*RUN, f"++model={run}")), tmp_path / "eval")
     assert evaluated["val_ece"] == pytest.approx(metrics["val_ece_calibrated"], abs=1e-6)
     assert evaluated["val_accuracy"] == metrics["val_accuracy"]  # dividing by T keeps the argmax
 
@@ -79,16 +80,16 @@ def test_the_hugging_face_export_folds_the_temperature_into_the_classifier(calib
 
 def test_calibrate_is_refused_where_it_does_not_apply(make_cfg, tmp_path):
     with pytest.raises(ConfigError, match="data.validation_file"):
-        train(make_cfg("calibrate=true", "data.validation_file=null"), tmp_path / "a")
+        train(RunSettings.from_config(make_cfg("calibrate=true", "data.validation_file=null")), tmp_path / "a")
     with pytest.raises(ConfigError, match="classification"):
-        train(make_cfg("task=ner", "calibrate=true", "data.max_train_examples=16", "data.max_eval_examples=8"), tmp_path / "b")
+        train(RunSettings.from_config(make_cfg("task=ner", "calibrate=true", "data.max_train_examples=16", "data.max_eval_examples=8")), tmp_path / "b")
 
 
 def test_a_run_shorter_than_an_epoch_keeps_its_temperature_where_predict_and_export_read_it(make_cfg, tmp_path):
     """trainer.max_steps=2 of a 4-batch epoch: the final step is validated, saved as best.ckpt, and the
     temperature of metrics.json is the one in best.ckpt, which load_trained (predict, export) reads."""
     run = tmp_path / "run"
-    metrics = train(make_cfg("calibrate=true", "trainer.max_steps=2"), run)
+    metrics = train(RunSettings.from_config(make_cfg("calibrate=true", "trainer.max_steps=2")), run)
     best = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
     assert best["global_step"] == 2
     assert float(best["state_dict"]["calibration.temperature"]) == pytest.approx(metrics["val_temperature"], rel=1e-6)
@@ -104,7 +105,7 @@ def test_a_meaningless_calibration_is_warned_about_and_recorded(make_cfg, tmp_pa
     dev.write_text("\n".join([lines[0]] + [line for line in lines[1:] if line.endswith("\t1")][:40]) + "\n",
                    encoding="utf-8")
     with caplog.at_level(logging.WARNING):
-        metrics = train(make_cfg("calibrate=true", f"data.validation_file={dev}"), tmp_path / "run")
+        metrics = train(RunSettings.from_config(make_cfg("calibrate=true", f"data.validation_file={dev}")), tmp_path / "run")
     assert "at chance" in metrics["val_calibration_warning"]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["val_calibration_warning"] == \
         metrics["val_calibration_warning"]

@@ -54,7 +54,7 @@ def runs(make_cfg, tmp_path_factory):
                        "data.multi_label=true", "data.metrics=[f1_micro,f1_macro]", "finetune.head_lr=0.05"],
     }
     for name, overrides in configs.items():
-        train(make_cfg(*overrides), root / name)
+        train(RunSettings.from_config(make_cfg(*overrides)), root / name)
     return root
 
 

@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import read_checkpoint
 from sesame.tasks.core.errors import ConfigError, DataError
-from sesame.tasks.glue.module import (
-    ClassifierHeadSettings,
-    SentenceClassificationModule,
-)
+from sesame.tasks.glue.module import SentenceClassificationModule
+from sesame.tasks.glue.settings import ClassifierHeadSettings
 from sesame.tasks.core.paths import shipped_path
-from sesame.tasks.runs.runner import build_datamodule, config_with_data, train
+from sesame.tasks.runs.runner import build_datamodule, settings_with_data, train
 from torch.nn import functional as F
 
 from tests.conftest import tsv_labels
@@ -41,7 +40,7 @@ def test_the_presets_hold_every_head_key(make_cfg):
 ])
 def test_bad_loss_settings_are_config_errors(make_cfg, overrides, words):
     with pytest.raises(ConfigError) as err:
-        SentenceClassificationModule(make_cfg(*overrides))
+        SentenceClassificationModule(RunSettings.from_config(make_cfg(*overrides)))
     for word in words:
         assert word in str(err.value)
 
@@ -49,9 +48,9 @@ def test_bad_loss_settings_are_config_errors(make_cfg, overrides, words):
 def test_label_smoothing_reaches_the_training_loss(make_cfg):
     """The module's training step is torch's smoothed cross-entropy of its logits (and not the plain one)."""
     cfg = make_cfg("finetune=frozen", "head.dropout=0", "head.label_smoothing=0.2")
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
-    module = SentenceClassificationModule(config_with_data(cfg, dm))
+    module = SentenceClassificationModule(settings_with_data(RunSettings.from_config(cfg), dm))
     batch = next(iter(dm.train_dataloader()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # self.log without a trainer
@@ -63,7 +62,7 @@ def test_label_smoothing_reaches_the_training_loss(make_cfg):
 
 def test_label_smoothing_changes_the_logged_training_loss(make_cfg, tmp_path):
     def first_losses(name: str, *overrides: str) -> list[float]:
-        train(make_cfg("finetune=frozen", "trainer.limit_val_batches=1", *overrides), tmp_path / name)
+        train(RunSettings.from_config(make_cfg("finetune=frozen", "trainer.limit_val_batches=1", *overrides)), tmp_path / name)
         lines = (tmp_path / name / "logs" / "metrics.csv").read_text().splitlines()
         column = lines[0].split(",").index("train_loss")
         return [float(row.split(",")[column]) for row in lines[1:] if row.split(",")[column]]
@@ -111,7 +110,7 @@ def test_balanced_class_weights_raise_minority_recall(make_cfg, tmp_path, caplog
     recall = {}
     for name, weights in (("plain", "null"), ("weighted", "balanced")):
         with caplog.at_level(logging.INFO, logger="sesame.tasks.glue.module"):
-            train(make_cfg(*common, f"head.class_weights={weights}"), tmp_path / name)
+            train(RunSettings.from_config(make_cfg(*common, f"head.class_weights={weights}")), tmp_path / name)
         recall[name] = _recall(tmp_path / name / "val_predictions.tsv", dev_file, "1")
     assert recall["weighted"] >= recall["plain"] + 0.1, recall
 
@@ -133,16 +132,16 @@ def test_balanced_weights_need_every_label_in_the_training_data(make_cfg, tmp_pa
     cfg = make_cfg("task=text_classification", f"data.train_file={path}", f"data.validation_file={path}",
                    "data.label_names=[bad,good,meh]", "head.class_weights=balanced")
     with pytest.raises(DataError, match=r"\['meh'\] never occur in the training data .*reviews.csv.*3 weights"):
-        train(cfg, tmp_path / "run")
+        train(RunSettings.from_config(cfg), tmp_path / "run")
 
 
 def test_balanced_weights_reach_the_checkpoints_config_not_the_modules(make_cfg):
     """The resolved weights travel as a value: every checkpoint's config records them, the module's own
     config (and the hyper-parameters it was built from) still says balanced."""
-    module = SentenceClassificationModule(make_cfg("head.class_weights=balanced"))
+    module = SentenceClassificationModule(RunSettings.from_config(make_cfg("head.class_weights=balanced")))
     weights = module.use_balanced_weights([3, 1], 4)
     assert weights == pytest.approx([4 / 6, 4 / 2])
     checkpoint = {"state_dict": {}, "hyper_parameters": dict(module.hparams)}
     module.on_save_checkpoint(checkpoint)
     assert checkpoint["hyper_parameters"]["cfg"]["head"]["class_weights"] == weights
-    assert module.cfg.head.class_weights == "balanced" and module.hparams["cfg"]["head"]["class_weights"] == "balanced"
+    assert module.settings.head.class_weights == "balanced" and module.hparams["cfg"]["head"]["class_weights"] == "balanced"

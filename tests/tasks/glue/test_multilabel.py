@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import load_trained, read_checkpoint
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.runs.evaluation import evaluate
@@ -51,7 +52,7 @@ def trained_run(make_cfg, tmp_path_factory):
         make_cfg, TRAIN, DEV, "finetune=full", "finetune.encoder_lr=0.01", "finetune.head_lr=0.01", "pooling=mean",
         "trainer.max_epochs=10", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null",
     )
-    metrics = train(cfg, folder / "run")
+    metrics = train(RunSettings.from_config(cfg), folder / "run")
     return folder / "run", metrics
 
 
@@ -90,7 +91,7 @@ def test_best_checkpoint_holds_the_thresholds_the_predictions_used(trained_run):
 
     trained = load_trained(run)
     assert trained.module.multi_label and torch.equal(trained.module.thresholds, saved)
-    dm = build_datamodule(OmegaConf.create({**trained.cfg, "data": {**trained.cfg["data"], "train_file": None}}))
+    dm = build_datamodule(RunSettings.from_config(OmegaConf.create({**trained.cfg, "data": {**trained.cfg["data"], "train_file": None}})))
     dm.setup("validate")
     index, probs = [], []
     with torch.no_grad():  # the same length-sorted batches as the evaluation: the same float32 values
@@ -110,7 +111,7 @@ def test_best_checkpoint_holds_the_thresholds_the_predictions_used(trained_run):
 
 def test_evaluation_uses_the_saved_thresholds(make_cfg, trained_run, tmp_path):
     run, metrics = trained_run
-    got = evaluate(multi_label_cfg(make_cfg, TRAIN, DEV, f"++model={run}"), tmp_path / "eval")
+    got = evaluate(RunSettings.from_config(multi_label_cfg(make_cfg, TRAIN, DEV, f"++model={run}")), tmp_path / "eval")
     assert got["val_f1_micro"] == metrics["val_f1_micro"] and got["val_f1_macro"] == metrics["val_f1_macro"]
     assert (tmp_path / "eval" / "val_predictions.tsv").read_text() == (run / "val_predictions.tsv").read_text()
     assert (tmp_path / "eval" / "val_thresholds.json").read_text() == (run / "val_thresholds.json").read_text()
@@ -140,7 +141,7 @@ def test_json_lines_lists_and_the_label_set(make_cfg, tmp_path):
     path = tmp_path / "train.jsonl"
     rows = [("a fine cast", ["acting"]), ("great music and story", ["music", "story"]), ("nothing", [])] * 2
     path.write_text("".join(json.dumps({"text": t, "labels": labels}) + "\n" for t, labels in rows))
-    dm = build_datamodule(multi_label_cfg(make_cfg, path, path, "data.batch_size=3"))
+    dm = build_datamodule(RunSettings.from_config(multi_label_cfg(make_cfg, path, path, "data.batch_size=3")))
     dm.setup("fit")
     assert dm.spec.labels == ("acting", "music", "story")
     batch = next(iter(dm.train_dataloader()))
@@ -153,7 +154,7 @@ def test_json_lines_lists_and_the_label_set(make_cfg, tmp_path):
 def test_a_dev_label_outside_the_label_set_names_file_line_and_column(make_cfg, tmp_path):
     dev = tmp_path / "dev.tsv"
     dev.write_text("text\tlabels\nthe cast is good\tacting\nthe plot is dull\tstory|aliens\n")
-    dm = build_datamodule(multi_label_cfg(make_cfg, TRAIN, dev))
+    dm = build_datamodule(RunSettings.from_config(multi_label_cfg(make_cfg, TRAIN, dev)))
     with pytest.raises(DataError, match=r"dev.tsv:3: unknown label 'aliens' in column 'labels'"):
         dm.setup("fit")
 
@@ -165,14 +166,14 @@ def test_a_dev_label_outside_the_label_set_names_file_line_and_column(make_cfg, 
 ])
 def test_metrics_must_fit_multi_label(make_cfg, overrides, words):
     with pytest.raises(ConfigError) as err:
-        build_datamodule(multi_label_cfg(make_cfg, TRAIN, DEV, *overrides))
+        build_datamodule(RunSettings.from_config(multi_label_cfg(make_cfg, TRAIN, DEV, *overrides)))
     for word in words:
         assert word in str(err.value)
 
 
 def test_balanced_weights_are_positive_weights_per_label(make_cfg, tmp_path):
     cfg = multi_label_cfg(make_cfg, TRAIN, DEV, "head.class_weights=balanced", "finetune=frozen")
-    train(cfg, tmp_path / "run")
+    train(RunSettings.from_config(cfg), tmp_path / "run")
     _, checkpoint = read_checkpoint(tmp_path / "run")
     gold = multi_hot(read_label_sets(TRAIN, column=1))
     positives = gold.sum(axis=0)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import DataError, MissingFileError
 from sesame.tasks.glue.readers import read_glue_tsv, read_table
 from sesame.tasks.glue.specs import glue_spec
@@ -76,8 +77,8 @@ def test_a_table_line_without_its_text_or_label_is_named(make_cfg, tmp_path, nam
     path = tmp_path / name
     path.write_text(content)
     column = "sentence" if name.endswith(".tsv") else "review"
-    dm = build_datamodule(make_cfg("task=text_classification", f"data.train_file={path}", "data.validation_file=null",
-                                   f"data.text_column={column}", "data.label_column=" + ("label" if name.endswith(".tsv") else "stars")))
+    dm = build_datamodule(RunSettings.from_config(make_cfg("task=text_classification", f"data.train_file={path}", "data.validation_file=null",
+                                   f"data.text_column={column}", "data.label_column=" + ("label" if name.endswith(".tsv") else "stars"))))
     with pytest.raises(DataError, match=message):
         dm.setup("fit")
 
@@ -89,9 +90,9 @@ def test_an_evaluation_table_may_leave_labels_out_and_a_multi_label_example_may_
     train.write_text("text\tlabels\ngood film\ta|b\nno labels\t\nbad film\tb\n")
     dev = tmp_path / "dev.tsv"
     dev.write_text("text\tlabels\ngood\ta\nunlabelled\n")
-    dm = build_datamodule(make_cfg("task=text_classification", f"data.train_file={train}", f"data.validation_file={dev}",
+    dm = build_datamodule(RunSettings.from_config(make_cfg("task=text_classification", f"data.train_file={train}", f"data.validation_file={dev}",
                                    "data.text_column=text", "data.label_column=labels", "data.multi_label=true",
-                                   "data.metrics=[f1_micro,f1_macro]"))
+                                   "data.metrics=[f1_micro,f1_macro]")))
     dm.setup("fit")
     assert dm.dataset("train")["labels"] == [[1.0, 1.0], [0.0, 0.0], [0.0, 1.0]]
     assert len(dm.dataset("validation")) == 2

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.inference.predictor import ModelRunner, Predictor, TorchRunner, runner_for
 from sesame.tasks.runs.runner import train
@@ -71,7 +72,7 @@ def trained_run(name: str, make_cfg: Callable, tmp_path_factory: pytest.TempPath
             cfg = make_cfg(*overrides)
         else:
             cfg = make_cfg(*overrides, f"encoder.name_or_path={encoder}", tiny=False)
-        train(cfg, folder / "run")
+        train(RunSettings.from_config(cfg), folder / "run")
         _TRAINED[key] = folder / "run"
     return _TRAINED[key]
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.inputs.batching import (
     LengthGroupedShuffleSampler,
     LengthSortedSampler,
@@ -84,7 +85,7 @@ def test_a_run_with_group_by_length_trains_on_grouped_batches_and_counts_its_tok
     for grouped in (True, False):
         seen.clear()
         run = tmp_path / str(grouped)
-        train(make_cfg(f"data.group_by_length={str(grouped).lower()}", "data.batch_size=8", "trainer.limit_train_batches=6"), run)
+        train(RunSettings.from_config(make_cfg(f"data.group_by_length={str(grouped).lower()}", "data.batch_size=8", "trainer.limit_train_batches=6")), run)
         counts[grouped] = json.loads((run / THROUGHPUT_FILE).read_text())
         assert counts[grouped]["steps"] == len(seen) == 6
         assert counts[grouped]["examples"] == 48
@@ -144,7 +145,7 @@ def test_ddp_with_fewer_training_examples_than_one_global_batch_is_refused(make_
     from sesame.tasks.core.errors import ConfigError
     from sesame.tasks.runs.runner import build_datamodule
 
-    datamodule = build_datamodule(make_cfg("data.max_train_examples=12", "data.batch_size=8"))
+    datamodule = build_datamodule(RunSettings.from_config(make_cfg("data.max_train_examples=12", "data.batch_size=8")))
     datamodule.setup("fit")
     datamodule.trainer = SimpleNamespace(global_rank=1, world_size=2)
     with pytest.raises(ConfigError, match=r"data.batch_size=8 on 2 processes makes global batches of 16, more than the 12"):
@@ -189,8 +190,8 @@ def test_a_run_pads_its_batches_to_a_multiple_and_learns_the_same(make_cfg, tmp_
     for multiple in (None, 16):
         shapes.clear()
         setting = "null" if multiple is None else multiple
-        metrics[multiple] = train(make_cfg(f"data.pad_to_multiple_of={setting}", "data.batch_size=8",
-                                           "trainer.limit_train_batches=3", "data.group_by_length=true"), tmp_path / str(multiple))
+        metrics[multiple] = train(RunSettings.from_config(make_cfg(f"data.pad_to_multiple_of={setting}", "data.batch_size=8",
+                                           "trainer.limit_train_batches=3", "data.group_by_length=true")), tmp_path / str(multiple))
         lengths = {s[1] for s in shapes}
         assert all(n % 16 == 0 for n in lengths) == (multiple == 16), lengths
     keys = [k for k in metrics[None] if k.startswith("val_") and isinstance(metrics[None][k], float)]
@@ -202,4 +203,4 @@ def test_a_bad_pad_multiple_is_refused(make_cfg, tmp_path):
     from sesame.tasks.runs.runner import train
 
     with pytest.raises(ConfigError, match=r"data.pad_to_multiple_of=0: use a positive number"):
-        train(make_cfg("data.pad_to_multiple_of=0"), tmp_path / "run")
+        train(RunSettings.from_config(make_cfg("data.pad_to_multiple_of=0")), tmp_path / "run")

@@ -5,8 +5,10 @@ import threading
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.cli.cache import main as cache_main
-from sesame.tasks.encoders.encoder import Encoder, EncoderSettings
+from sesame.tasks.encoders.encoder import Encoder
+from sesame.tasks.encoders.encoder_settings import EncoderSettings
 from sesame.tasks.inputs.feature_cache import build_or_open, entry_is_complete, list_entries
 from sesame.tasks.runs.runner import build_datamodule, train
 
@@ -22,7 +24,7 @@ def _frozen(make_cfg, cache_dir, *extra):
 
 def _encoder_and_loaders(make_cfg, cache_dir, *extra):
     cfg = _frozen(make_cfg, cache_dir, *extra)
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
     return Encoder.from_settings(EncoderSettings.from_config(cfg.encoder)), [dm.train_dataloader(), dm.val_dataloader()]
 
@@ -72,7 +74,7 @@ def test_two_builders_at_once_leave_one_good_entry(make_cfg, tmp_path):
 
 def test_cache_needs_a_frozen_encoder(make_cfg, tmp_path):
     with pytest.raises(ValueError, match="needs finetune=frozen"):
-        train(make_cfg("finetune=full", "cache.enabled=true", f"cache.dir={tmp_path}"), tmp_path / "run")
+        train(RunSettings.from_config(make_cfg("finetune=full", "cache.enabled=true", f"cache.dir={tmp_path}")), tmp_path / "run")
 
 
 def test_cache_cli_lists_and_clears(make_cfg, tmp_path, capsys):
@@ -85,9 +87,9 @@ def test_cache_cli_lists_and_clears(make_cfg, tmp_path, capsys):
 
 
 def test_auto_caches_exactly_the_frozen_runs_of_a_sweep(make_cfg, tmp_path):
-    train(make_cfg("finetune=full", "cache.enabled=auto", f"cache.dir={tmp_path / 'c'}", "data.max_train_examples=32"), tmp_path / "full")
+    train(RunSettings.from_config(make_cfg("finetune=full", "cache.enabled=auto", f"cache.dir={tmp_path / 'c'}", "data.max_train_examples=32")), tmp_path / "full")
     assert list_entries(tmp_path / "c") == []
-    train(_frozen(make_cfg, tmp_path / "c", "cache.enabled=auto"), tmp_path / "frozen")
+    train(RunSettings.from_config(_frozen(make_cfg, tmp_path / "c", "cache.enabled=auto")), tmp_path / "frozen")
     assert len(list_entries(tmp_path / "c")) == 1
 
 

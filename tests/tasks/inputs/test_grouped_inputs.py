@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sesame.tasks.encoders.encoder import Encoder, EncoderSettings, encoder_inputs
+from sesame.tasks.encoders.encoder import Encoder, encoder_inputs
+from sesame.tasks.encoders.encoder_settings import EncoderSettings
 from sesame.tasks.inputs.batching import PaddingCollator, example_size
 from sesame.tasks.inputs.feature_cache import build_or_open, example_keys, sequence_keys
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs.runner import train
 
 #: The sample, every question; a few steps, a learning rate that moves a random tiny encoder.
@@ -15,5 +16,5 @@ RUN = ["task=multiple_choice", "trainer.max_steps=8", "trainer.limit_train_batch
 @pytest.fixture(scope="session")
 def choice_run(make_cfg, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("run_multiple_choice")
-    train(make_cfg(*RUN), folder)
+    train(RunSettings.from_config(make_cfg(*RUN)), folder)
     return folder

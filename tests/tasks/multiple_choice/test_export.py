@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export.hf import export_hf
 from sesame.tasks.export.onnx import export_onnx
@@ -28,6 +29,6 @@ def test_onnx_and_int8_graphs_take_any_number_of_choices(choice_run, tmp_path: P
 
 
 def test_mean_pooling_is_refused_by_transformers_export_with_the_reason(make_cfg, tmp_path: Path):
-    train(make_cfg(*RUN, "pooling=mean", "trainer.max_steps=1"), tmp_path / "run")
+    train(RunSettings.from_config(make_cfg(*RUN, "pooling=mean", "trainer.max_steps=1")), tmp_path / "run")
     with pytest.raises(ConfigError, match=r"pooling=mean: .*ForMultipleChoice scores each pair from its pooler"):
         export_hf(tmp_path / "run", tmp_path / "hf")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.heads.masking import IGNORE_INDEX
 from sesame.tasks.encoders.encoder import load_tokenizer
 from sesame.tasks.core.errors import ConfigError, DataError
@@ -32,7 +33,7 @@ def datamodule(make_cfg: Callable, tokenizer) -> Callable[..., NerDataModule]:
     """``datamodule("data.train_file=...", ...)``: ``task=ner`` composed with these overrides."""
 
     def build(*overrides: str) -> NerDataModule:
-        return build_datamodule(make_cfg("task=ner", *overrides), tokenizer)
+        return build_datamodule(RunSettings.from_config(make_cfg("task=ner", *overrides)), tokenizer)
 
     return build
 

@@ -30,7 +30,7 @@ def scores_of(run, metric):
 @pytest.fixture(scope="module", params=["conlleval", "strict"])
 def ner_run(make_cfg, tmp_path_factory, request):
     folder = tmp_path_factory.mktemp(f"ner_{request.param}")
-    train(make_cfg(*RUN, f"task.entity_metric={request.param}"), folder)
+    train(RunSettings.from_config(make_cfg(*RUN, f"task.entity_metric={request.param}")), folder)
     return folder, request.param
 
 

@@ -9,9 +9,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from omegaconf import OmegaConf
+from sesame.tasks.saved.checkpoints import load_trained
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.ner.module import NerModule
 from sesame.tasks.ner.readers import read_conll
-from sesame.tasks.runs.runner import build_datamodule, config_with_data, train
+from sesame.tasks.runs.runner import build_datamodule, settings_with_data, train
 from tests.conftest import read_conll_predictions
 
 SMALL = ["data.max_train_examples=48", "data.max_eval_examples=40", "data.batch_size=8", "data.eval_batch_size=64"]
@@ -43,7 +46,7 @@ def test_train_eval_files_and_checkpoint(make_cfg, tmp_path: Path, crf: bool) ->
         f"head.crf={str(crf).lower()}",
         "data.test_file=${data.validation_file}",
     )
-    metrics = train(cfg, tmp_path)
+    metrics = train(RunSettings.from_config(cfg), tmp_path)
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     assert "val_person_f1" in metrics and "test_creative-work_recall" in metrics  # every type of the tag set
 
@@ -65,7 +68,7 @@ def test_train_eval_files_and_checkpoint(make_cfg, tmp_path: Path, crf: bool) ->
     # The checkpoint rebuilds the module (tag set included) without reading the training file.
     best = tmp_path / "checkpoints" / "best.ckpt"
     assert best.is_file()
-    module = NerModule.load_from_checkpoint(best, map_location="cpu")
+    module = load_trained(best).module
     assert module.tag_names[0] == "O" and len(module.tag_names) == 13
     assert (module.head.crf is not None) == crf
     assert "tag_names" in (tmp_path / "config.yaml").read_text()
@@ -73,10 +76,10 @@ def test_train_eval_files_and_checkpoint(make_cfg, tmp_path: Path, crf: bool) ->
 
 def test_forward_loss_and_scalar_mix_weights(make_cfg, tmp_path: Path) -> None:
     cfg = make_cfg("task=ner", *SMALL, "fusion=scalar_mix")
-    dm = build_datamodule(cfg)
+    dm = build_datamodule(RunSettings.from_config(cfg))
     dm.setup("fit")
-    cfg = config_with_data(cfg, dm)
-    module = NerModule(cfg)
+    cfg = OmegaConf.merge(cfg, dm.config_updates())  # what the data decides (label sets)
+    module = NerModule(RunSettings.from_config(cfg))
     module.output_dir = tmp_path
     batch = next(iter(dm.train_dataloader()))
     module.eval()  # no dropout: the two forward passes below see the same logits
@@ -91,7 +94,7 @@ def test_forward_loss_and_scalar_mix_weights(make_cfg, tmp_path: Path) -> None:
     assert loss.requires_grad
     torch.testing.assert_close(loss.detach(), want)
     # Fit writes the learned layer weights (one per hidden state, summing to 1).
-    metrics = train(cfg, tmp_path)
+    metrics = train(RunSettings.from_config(cfg), tmp_path)
     weights = json.loads((tmp_path / "scalar_mix_weights.json").read_text())
     assert [metrics[f"scalar_mix_weight_{i}"] for i in range(len(weights["weights"]))] == weights["weights"]
     assert len(weights["weights"]) == module.encoder.num_hidden_states
@@ -123,7 +126,7 @@ def test_overfits_a_few_sentences(make_cfg, tmp_path: Path, crf: bool) -> None:
     )
     dev = read_conll(Path(cfg.data.train_file))
     assert sum(t != "O" for tags in dev.tags[:8] for t in tags) >= 5  # there are entities to find
-    metrics = train(cfg, tmp_path)
+    metrics = train(RunSettings.from_config(cfg), tmp_path)
     assert metrics["val_f1"] >= 0.8
     _assert_seqeval_scores(metrics, "val", tmp_path / "val_predictions.conll")  # non-zero scores, per type too
 
@@ -131,7 +134,7 @@ def test_overfits_a_few_sentences(make_cfg, tmp_path: Path, crf: bool) -> None:
 def test_unknown_entity_metric_is_an_error(make_cfg) -> None:
     cfg = make_cfg("task=ner", "task.entity_metric=lenient")
     with pytest.raises(ValueError, match="entity_metric"):
-        NerModule(cfg)
+        NerModule(RunSettings.from_config(cfg))
 
 
 # sesame-eval on a Hugging Face BertForTokenClassification folder (NerModule.load_hf_head) --------------
@@ -155,7 +158,7 @@ def test_hf_token_classifier_folder_evaluates_with_transformers_logits(make_cfg,
 
     from sesame.tasks.runs.evaluation import evaluate
 
-    dm = build_datamodule(make_cfg("task=ner"))
+    dm = build_datamodule(RunSettings.from_config(make_cfg("task=ner")))
     dm.setup("fit")
     tags = list(dm.tag_names)
     hf_order = tags[::-1]  # the folder numbers the tags otherwise than sesame does
@@ -169,7 +172,7 @@ def test_hf_token_classifier_folder_evaluates_with_transformers_logits(make_cfg,
         return logits
 
     monkeypatch.setattr(NerModule, "forward", recording_forward)
-    metrics = evaluate(make_cfg("task=ner", f"++model={folder}", "data.max_eval_examples=20"), tmp_path / "eval")
+    metrics = evaluate(RunSettings.from_config(make_cfg("task=ner", f"++model={folder}", "data.max_eval_examples=20")), tmp_path / "eval")
     assert metrics["val_f1"] == json.loads((tmp_path / "eval" / "metrics.json").read_text())["val_f1"]
     _assert_seqeval_scores(metrics, "val", tmp_path / "eval" / "val_predictions.conll")
     _, _, pred = read_conll_predictions(tmp_path / "eval" / "val_predictions.conll")
@@ -188,13 +191,13 @@ def test_hf_token_classifier_folder_evaluates_with_transformers_logits(make_cfg,
 def test_hf_token_classifier_folder_needs_last_layer_no_crf_and_its_tags(make_cfg, tiny_bert_dir, tmp_path):
     from sesame.tasks.core.errors import ConfigError
 
-    dm = build_datamodule(make_cfg("task=ner"))
+    dm = build_datamodule(RunSettings.from_config(make_cfg("task=ner")))
     dm.setup("fit")
     folder = _hf_tagger(tiny_bert_dir, tmp_path / "hf", list(dm.tag_names))
     for override, message in (("fusion=second_to_last", "with fusion=last"), ("head.crf=true", "with head.crf=false")):
-        module = NerModule(config_with_data(make_cfg("task=ner", override), dm))
+        module = NerModule(settings_with_data(RunSettings.from_config(make_cfg("task=ner", override)), dm))
         with pytest.raises(ConfigError, match=message):
             module.load_hf_head(folder)
     other = _hf_tagger(tiny_bert_dir, tmp_path / "other", ["O", "B-PER", "I-PER"])
     with pytest.raises(ConfigError, match=r"config.json: id2label holds the tags \['O', 'B-PER', 'I-PER'\]"):
-        NerModule(config_with_data(make_cfg("task=ner"), dm)).load_hf_head(other)
+        NerModule(settings_with_data(RunSettings.from_config(make_cfg("task=ner")), dm)).load_hf_head(other)

@@ -9,6 +9,7 @@ import logging
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.qa.data import SquadDataModule, SquadDataSettings
 from sesame.tasks.runs.runner import build_datamodule
@@ -32,7 +33,7 @@ def test_presets_build_their_settings(make_cfg, overrides):
 def test_unknown_data_key_is_named(make_cfg, tokenizer):
     cfg = make_cfg("task=squad_v1", "+data.doc_strid=64")
     with pytest.raises(ConfigError, match=r"data\.doc_strid"):
-        build_datamodule(cfg, tokenizer)
+        build_datamodule(RunSettings.from_config(cfg), tokenizer)
 
 
 def test_bad_settings_are_config_errors(tokenizer):
@@ -159,7 +160,7 @@ def test_squad_v2_defaults_to_shipped_slices_that_need_no_data_folder(make_cfg, 
     monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "empty"))
     cfg = make_cfg("task=squad_v2")
     assert "squad_v2/train.slice.json" in str(cfg.data.train_file) and cfg.data.version_2_with_negative
-    data = build_datamodule(cfg)
+    data = build_datamodule(RunSettings.from_config(cfg))
     data.setup("fit")
     answers = data.examples("train")["answers"]
     unanswerable = sum(not a["text"] for a in answers)

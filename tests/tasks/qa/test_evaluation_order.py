@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.inputs import batching
 from sesame.tasks.runs import runner
 from sesame.tasks.runs.evaluation import evaluate
@@ -35,18 +36,18 @@ def test_grouped_training_then_qa_evaluation_answers_the_same_in_any_window_orde
                  "data.doc_stride=48", "data.eval_batch_size=4", "data.group_by_length=true", "data.pad_to_multiple_of=8",
                  "trainer.limit_val_batches=null"]
     cfg = make_cfg(*overrides)
-    data = runner.build_datamodule(cfg)
+    data = runner.build_datamodule(RunSettings.from_config(cfg))
     data.setup("validate")
     lengths = np.asarray(data.example_lengths("validation"))
     assert len(set(lengths.tolist())) > 1 and len(lengths) > 30  # windows of several lengths, several per question
     assert list(batching.LengthSortedSampler(lengths)) != sorted(range(len(lengths)))  # sorted differs from file order
 
-    runner.train(cfg, tmp_path / "run")
+    runner.train(RunSettings.from_config(cfg), tmp_path / "run")
     sorted_predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
     scores = {}
     for name, sampler in (("file order", FileOrder), ("shortest first", Reversed)):
         monkeypatch.setattr(batching, "LengthSortedSampler", sampler)
-        scores[name] = evaluate(make_cfg(*overrides, f"++model={tmp_path / 'run'}"), tmp_path / name)
+        scores[name] = evaluate(RunSettings.from_config(make_cfg(*overrides, f"++model={tmp_path / 'run'}")), tmp_path / name)
         assert json.loads((tmp_path / name / "predictions.json").read_text()) == sorted_predictions, name
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert len(sorted_predictions) == 30

@@ -26,7 +26,7 @@ def scores_of(run, metric):
 @pytest.fixture(scope="module", params=["squad_v1", "squad_v2"])
 def qa_run(make_cfg, tmp_path_factory, request):
     folder = tmp_path_factory.mktemp(request.param)
-    train(make_cfg(f"task={request.param}", "data.max_eval_examples=30"), folder)
+    train(RunSettings.from_config(make_cfg(f"task={request.param}", "data.max_eval_examples=30")), folder)
     return folder, request.param
 
 

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from sesame.tasks.saved.checkpoints import load_trained
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.cli.score import main as score_main
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.qa.metrics import exact_match_score, gold_from_dataset, squad_v1
@@ -48,7 +50,7 @@ def test_squad_v1_train_eval_files_and_checkpoint(make_cfg, tmp_path, capsys):
     cfg = make_cfg("task=squad_v1", "data=squad_v1_slice", *SMALL, "data.max_train_examples=40",
                    "data.max_eval_examples=24", "data.test_file=${data.validation_file}")
     run = tmp_path / "run"
-    metrics = train(cfg, run)
+    metrics = train(RunSettings.from_config(cfg), run)
     assert json.loads((run / "metrics.json").read_text()) == metrics
     # The test file is the dev file: the same answers and scores under the test_ names.
     assert (run / "test_predictions.json").read_text() == (run / "predictions.json").read_text()
@@ -84,11 +86,11 @@ def test_squad_v1_train_eval_files_and_checkpoint(make_cfg, tmp_path, capsys):
 
     # The checkpoint rebuilds the module; training moved the head away from its seeded init.
     ckpt = run / "checkpoints" / "best.ckpt"
-    module = SquadModule.load_from_checkpoint(ckpt)
+    module = load_trained(ckpt).module
     state = torch.load(ckpt, weights_only=True)["state_dict"]
     torch.testing.assert_close(module.head.qa_outputs.weight, state["head.qa_outputs.weight"])
     L.seed_everything(int(cfg.seed), verbose=False)
-    fresh = SquadModule(cfg)
+    fresh = SquadModule(RunSettings.from_config(cfg))
     assert not torch.equal(fresh.head.qa_outputs.weight, module.head.qa_outputs.weight)
     # v1 trains on every window by default, those without the answer pointing at [CLS]: the head keeps it
     assert cfg.data.train_windows == "all" and module.head.allow_null
@@ -102,7 +104,7 @@ def test_squad_v2_null_odds_and_scores(make_cfg, tmp_path, capsys):
         "data.max_seq_length=192",  # the tiny 400-piece vocabulary makes some questions 70+ tokens
     )
     run = tmp_path / "run"
-    metrics = train(cfg, run)
+    metrics = train(RunSettings.from_config(cfg), run)
     for key in ("exact_match", "f1", "HasAns_f1", "NoAns_exact", "best_f1", "best_f1_thresh", "HasAns_total"):
         assert f"val_{key}" in metrics, key
     assert metrics["val_HasAns_total"] + metrics["val_NoAns_total"] == 30
@@ -122,14 +124,14 @@ def test_squad_v2_null_odds_and_scores(make_cfg, tmp_path, capsys):
         assert metrics[f"val_{key}"] == pytest.approx(value), key
 
     # Re-evaluate the checkpoint with the threshold at the median null odds: now both kinds occur.
-    module = SquadModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt")
+    module = load_trained(run / "checkpoints" / "last.ckpt").module
     assert module.head.allow_null
     median = sorted(odds.values())[len(odds) // 2]
     module.decoding = dataclasses.replace(module.decoding, null_score_diff_threshold=median)
     module.output_dir = tmp_path / "rethresholded"
     module.output_dir.mkdir()
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    again = trainer.validate(module, datamodule=build_datamodule(cfg), verbose=False)[0]
+    again = trainer.validate(module, datamodule=build_datamodule(RunSettings.from_config(cfg)), verbose=False)[0]
     preds2 = json.loads((module.output_dir / "predictions.json").read_text())
     odds2 = json.loads((module.output_dir / "null_odds.json").read_text())
     assert odds2 == pytest.approx(odds)
@@ -139,7 +141,7 @@ def test_squad_v2_null_odds_and_scores(make_cfg, tmp_path, capsys):
 
 
 def test_evaluation_needs_the_datamodule(make_cfg):
-    module = SquadModule(make_cfg("task=squad_v1", "data=squad_v1_slice"))
+    module = SquadModule(RunSettings.from_config(make_cfg("task=squad_v1", "data=squad_v1_slice")))
     module._eval_rows["val"] = [{"feature_index": np.array([0]), "example_index": np.array([0]), "start": np.zeros((1, 4)),
                                  "end": np.zeros((1, 4)), "offsets": np.full((1, 4, 2), -1, dtype=np.int32)}]
     with pytest.raises(RuntimeError, match="needs its data module"):
@@ -189,7 +191,7 @@ def test_hf_qa_folder_evaluates_with_transformers_logits(make_cfg, hf_qa_dir, tm
 
     monkeypatch.setattr(SquadModule, "forward", recording_forward)
     cfg = make_cfg("task=squad_v1", f"++model={hf_qa_dir}", "data.max_eval_examples=20")
-    metrics = evaluate(cfg, tmp_path / "eval")
+    metrics = evaluate(RunSettings.from_config(cfg), tmp_path / "eval")
 
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == metrics
     predictions = json.loads((tmp_path / "eval" / "predictions.json").read_text())

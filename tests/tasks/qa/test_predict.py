@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import DataError
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.core.graphemes import cluster_bounds
@@ -98,7 +99,7 @@ def test_v2_null_answers_equal_sesame_eval_with_the_same_threshold(v2_run, make_
     odds = sorted(o["null_score_diff"] for o in outputs)
     threshold = (odds[len(odds) // 2 - 1] + odds[len(odds) // 2]) / 2
     override = f"head.null_score_diff_threshold={threshold}"
-    evaluate(make_cfg(*run_overrides("squad_v2"), override, f"++model={v2_run}"), tmp_path / "eval", overrides=[override])
+    evaluate(RunSettings.from_config(make_cfg(*run_overrides("squad_v2"), override, f"++model={v2_run}")), tmp_path / "eval", overrides=[override])
     evaluated = _read(tmp_path / "eval" / "predictions.json")
     predicted = Predictor.from_run(v2_run, overrides={"head.null_score_diff_threshold": threshold})(questions)
     assert {o["id"]: o["answer"] for o in predicted} == evaluated

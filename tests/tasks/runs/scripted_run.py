@@ -19,6 +19,7 @@ from pathlib import Path
 import lightning as L
 from hydra import compose, initialize_config_module
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs import runner
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.cli.resolvers import register_resolvers
@@ -77,7 +78,7 @@ def main() -> None:
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     with user_errors_are_messages():  # as sesame-train ends: exit 2 for user errors, 143 after SIGTERM
-        runner.train(cfg, run_dir)
+        runner.train(RunSettings.from_config(cfg), run_dir)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs.run_lock import resolve_resume
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.core.errors import MissingFileError
@@ -27,7 +28,7 @@ OVERRIDES = [
 @pytest.fixture(scope="module")
 def straight(make_cfg, tmp_path_factory):
     folder = tmp_path_factory.mktemp("straight")
-    return train(make_cfg(*OVERRIDES), folder), (folder / "val_SST-2.tsv").read_text()
+    return train(RunSettings.from_config(make_cfg(*OVERRIDES)), folder), (folder / "val_SST-2.tsv").read_text()
 
 
 # where the run dies: (after training step | during the validation after step, global step, signal). A SIGKILL
@@ -61,7 +62,7 @@ def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir
         assert "was not set, defaulting" not in killed.stderr + killed.stdout
         assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == SIGTERM_SAVED_AT[kill]
 
-    resumed = train(make_cfg(*OVERRIDES, "resume=true"), run)
+    resumed = train(RunSettings.from_config(make_cfg(*OVERRIDES, "resume=true")), run)
     metrics, predictions = straight
     assert resumed == metrics  # bit-identical
     assert json.loads((run / "metrics.json").read_text()) == resumed
@@ -71,14 +72,14 @@ def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir
 def test_a_top_k_run_resumes_exactly_from_checkpoints_without_its_frozen_weights(make_cfg, tiny_bert_dir, tmp_path):
     # Its checkpoints leave the untrained encoder weights to <run>/encoder/ (tasks/encoders/store.py).
     overrides = [*OVERRIDES, "finetune=top_k", "finetune.top_k=1"]
-    metrics = train(make_cfg(*overrides), tmp_path / "straight")
+    metrics = train(RunSettings.from_config(make_cfg(*overrides)), tmp_path / "straight")
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
     killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *overrides],
                             env={**os.environ, "KILL": "train:3:SIGKILL"}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "sesame_frozen_encoder" in torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert train(make_cfg(*overrides, "resume=true"), run) == metrics
+    assert train(RunSettings.from_config(make_cfg(*overrides, "resume=true")), run) == metrics
     assert (run / "val_SST-2.tsv").read_text() == (tmp_path / "straight" / "val_SST-2.tsv").read_text()
 
 
@@ -89,8 +90,8 @@ def test_last_ckpt_follows_every_validation_even_without_improvement(make_cfg, t
     monkeypatch.setattr(SentenceClassificationModule, "score", lambda self, stage, rows: {
         **score(self, stage, rows), "accuracy": 0.5})  # never improves after the first validation
     run = tmp_path / "run"
-    train(make_cfg("data.max_train_examples=32", "data.max_eval_examples=32", "data.batch_size=8",
-                   "trainer.max_epochs=3", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null"), run)
+    train(RunSettings.from_config(make_cfg("data.max_train_examples=32", "data.max_eval_examples=32", "data.batch_size=8",
+                   "trainer.max_epochs=3", "trainer.limit_train_batches=null", "trainer.limit_val_batches=null")), run)
     step = lambda name: torch.load(run / "checkpoints" / name, weights_only=True)["global_step"]  # noqa: E731
     assert step("best.ckpt") == 4 and step("last.ckpt") == 12
 
@@ -99,7 +100,7 @@ def test_only_last_ckpt_keeps_the_optimiser_state_best_ckpt_is_the_model_size(ma
     from sesame.tasks.saved.checkpoints import load_trained, state_dict_bytes
 
     run = tmp_path / "run"
-    train(make_cfg("finetune=full"), run)
+    train(RunSettings.from_config(make_cfg("finetune=full")), run)
     best = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert {"optimizer_states", "lr_schedulers", "callbacks", "sesame_rng"} <= set(last)  # resume needs them
@@ -132,7 +133,7 @@ def test_a_full_disk_while_training_is_one_line_and_keeps_the_last_checkpoint(ma
     monkeypatch.setattr(os, "fsync", disk_fills_after_the_first_checkpoint)
     cfg = make_cfg("data.max_train_examples=32", "data.batch_size=8", "checkpoint.every_n_train_steps=1")
     with pytest.raises(SystemExit) as stop, user_errors_are_messages():  # as sesame-train ends
-        train(cfg, run)
+        train(RunSettings.from_config(cfg), run)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err
     assert f"error: cannot write {last}: no space left on the device" in err and "previous last.ckpt is intact" in err

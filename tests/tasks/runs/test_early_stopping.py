@@ -9,6 +9,7 @@ import lightning as L
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs import runner
 from sesame.tasks.runs.early_stopping import EarlyStoppingSettings, MainMetricEarlyStopping
 from sesame.tasks.core.errors import ConfigError
@@ -44,7 +45,7 @@ def test_a_run_stops_early_and_reports_its_best_checkpoint(make_cfg, tmp_path, m
     _main_metric(monkeypatch, lambda step: 0.5)  # never improves after the first validation
     calls = count_validations(monkeypatch)
     run = tmp_path / "run"
-    metrics = train(make_cfg(*STOPPING), run)
+    metrics = train(RunSettings.from_config(make_cfg(*STOPPING)), run)
     # Epoch 1 sets the best; epoch 2 does not improve (patience 1): stop, of 4 epochs; then
     # validate best.ckpt (epoch 1) again, since the weights it stopped with are not the best.
     assert calls == [4, 8, 8]
@@ -52,7 +53,7 @@ def test_a_run_stops_early_and_reports_its_best_checkpoint(make_cfg, tmp_path, m
     assert json.loads((run / "metrics.json").read_text()) == metrics
 
     # metrics.json and the prediction file are best.ckpt's (evaluating never early-stops, even when set) ...
-    best = evaluate(make_cfg(f"++model={run}", "data.max_eval_examples=128", "trainer.early_stopping.patience=1"),
+    best = evaluate(RunSettings.from_config(make_cfg(f"++model={run}", "data.max_eval_examples=128", "trainer.early_stopping.patience=1")),
                     tmp_path / "best")
     for key in ("val_accuracy", "val_loss"):
         assert metrics[key] == pytest.approx(best[key], abs=1e-6)
@@ -65,7 +66,7 @@ def test_a_run_stops_early_and_reports_its_best_checkpoint(make_cfg, tmp_path, m
     # Resumed from checkpoints/last.ckpt after it stopped: the same result, and no training past the stop.
     (run / "metrics.json").unlink()
     calls.clear()
-    assert train(make_cfg(*STOPPING, "resume=true"), run) == metrics
+    assert train(RunSettings.from_config(make_cfg(*STOPPING, "resume=true")), run) == metrics
     assert max(calls) == 8 and calls[-1] == 8
 
 
@@ -74,19 +75,19 @@ def test_a_run_resumed_after_it_stopped_trains_no_more(make_cfg, tmp_path, monke
     # but below min_delta, so none for early stopping: the checkpoint records the stop.
     _main_metric(monkeypatch, lambda step: 0.5 + step / 1000)
     calls = count_validations(monkeypatch)
-    metrics = train(make_cfg(*STOPPING, "trainer.early_stopping.min_delta=0.01"), tmp_path)
+    metrics = train(RunSettings.from_config(make_cfg(*STOPPING, "trainer.early_stopping.min_delta=0.01")), tmp_path)
     assert calls == [4, 8]  # the final validation was of best.ckpt: not validated again
     assert _global_step(tmp_path / "checkpoints" / "best.ckpt") == _global_step(tmp_path / "checkpoints" / "last.ckpt") == 8
 
     # As when killed during its final evaluation: resumed, it only evaluates best.ckpt.
     (tmp_path / "metrics.json").unlink()
     calls.clear()
-    assert train(make_cfg(*STOPPING, "trainer.early_stopping.min_delta=0.01", "resume=true"), tmp_path) == metrics
+    assert train(RunSettings.from_config(make_cfg(*STOPPING, "trainer.early_stopping.min_delta=0.01", "resume=true")), tmp_path) == metrics
     assert calls == [8]
     # Resumed with more patience, it trains on until that runs out too (one more epoch below min_delta).
     calls.clear()
-    resumed = train(make_cfg(*STOPPING, "trainer.early_stopping.min_delta=0.01", "trainer.early_stopping.patience=2",
-                             "resume=true"), tmp_path)
+    resumed = train(RunSettings.from_config(make_cfg(*STOPPING, "trainer.early_stopping.min_delta=0.01", "trainer.early_stopping.patience=2",
+                             "resume=true")), tmp_path)
     assert calls == [12] and resumed["val_accuracy"] == pytest.approx(0.512)
 
 
@@ -101,29 +102,29 @@ class Crash(L.Callback):
 def test_a_killed_run_resumes_counting_where_it_stopped(make_cfg, tmp_path, monkeypatch):
     _main_metric(monkeypatch, lambda step: 0.5)
     calls = count_validations(monkeypatch)
-    straight = train(make_cfg(*STOPPING), tmp_path / "straight")
+    straight = train(RunSettings.from_config(make_cfg(*STOPPING)), tmp_path / "straight")
     build = runner.build_trainer
     monkeypatch.setattr(runner, "build_trainer", lambda cfg, run_dir, monitor, extra=None, **kw: build(
         cfg, run_dir, monitor, [*(extra or []), Crash()], **kw))
     with pytest.raises(RuntimeError, match="killed"):
-        train(make_cfg(*STOPPING), tmp_path / "killed")
+        train(RunSettings.from_config(make_cfg(*STOPPING)), tmp_path / "killed")
     monkeypatch.setattr(runner, "build_trainer", build)
     calls.clear()
     # The checkpoint's early-stopping state (best 0.5 at epoch 1) is restored: epoch 2 does not
     # improve and the run stops there, as the uninterrupted one did (a fresh state would go on).
-    assert train(make_cfg(*STOPPING, "resume=true"), tmp_path / "killed") == straight
+    assert train(RunSettings.from_config(make_cfg(*STOPPING, "resume=true")), tmp_path / "killed") == straight
     assert calls == [8, 8]
 
 
 def test_early_stopping_without_validation_data_is_a_config_error(make_cfg, tmp_path):
     with pytest.raises(ConfigError, match="trainer.early_stopping.patience is set but the run has no validation data"):
-        train(make_cfg("data.validation_file=null", "trainer.early_stopping.patience=1"), tmp_path)
+        train(RunSettings.from_config(make_cfg("data.validation_file=null", "trainer.early_stopping.patience=1")), tmp_path)
     assert not (tmp_path / "checkpoints").exists()
 
 
 def test_early_stopping_is_off_by_default_and_not_a_lightning_argument(make_cfg, tmp_path):
-    assert build_trainer(make_cfg(), tmp_path, "val_accuracy").early_stopping_callback is None
-    trainer = build_trainer(make_cfg("trainer.early_stopping.patience=3", "trainer.early_stopping.min_delta=0.01"),
+    assert build_trainer(RunSettings.from_config(make_cfg()), tmp_path, "val_accuracy").early_stopping_callback is None
+    trainer = build_trainer(RunSettings.from_config(make_cfg("trainer.early_stopping.patience=3", "trainer.early_stopping.min_delta=0.01")),
                             tmp_path, "val_f1")
     stopping = trainer.early_stopping_callback
     assert isinstance(stopping, MainMetricEarlyStopping)
@@ -138,7 +139,7 @@ def test_early_stopping_is_off_by_default_and_not_a_lightning_argument(make_cfg,
 ])
 def test_bad_early_stopping_settings_are_config_errors(make_cfg, tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
-        build_trainer(make_cfg(override), tmp_path, "val_accuracy")
+        build_trainer(RunSettings.from_config(make_cfg(override)), tmp_path, "val_accuracy")
 
 
 def test_the_settings_need_both_keys():

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.runs.runner import train
 from tests.conftest import SST2_DEV, prediction_accuracy
@@ -32,7 +33,7 @@ def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp
         torch.nn.init.normal_(model.classifier.weight)
     model.save_pretrained(tmp_path / "hf")
     tokenizer.save_pretrained(tmp_path / "hf")
-    got = evaluate(make_cfg("pooling=pooler", f"++model={tmp_path / 'hf'}"), tmp_path / "eval")
+    got = evaluate(RunSettings.from_config(make_cfg("pooling=pooler", f"++model={tmp_path / 'hf'}")), tmp_path / "eval")
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == got
 
     # The written predictions are transformers' own argmax over the evaluated sentences (trainer=debug:
@@ -53,7 +54,7 @@ def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp
 
 
 def test_the_console_script_prints_the_run_folder_last(make_cfg, tmp_path, tiny_bert_dir):
-    train(make_cfg(), tmp_path / "run")
+    train(RunSettings.from_config(make_cfg()), tmp_path / "run")
     out = subprocess.run(
         [sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'run'}", f"encoder.name_or_path={tiny_bert_dir}",
          "trainer=debug", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'eval'}"],
@@ -77,12 +78,12 @@ def test_a_trained_model_is_evaluated_with_its_own_max_seq_length_unless_the_com
         make_cfg, tmp_path, monkeypatch, caplog, overrides, expected):
     from sesame.tasks.runs import evaluation
 
-    train(make_cfg("data.max_seq_length=24", "data.max_train_examples=8", "data.max_eval_examples=8"), tmp_path / "run")
+    train(RunSettings.from_config(make_cfg("data.max_seq_length=24", "data.max_train_examples=8", "data.max_eval_examples=8")), tmp_path / "run")
     seen = []
     build = evaluation.build_datamodule
     monkeypatch.setattr(evaluation, "build_datamodule", lambda cfg: seen.append(cfg.data.max_seq_length) or build(cfg))
     with caplog.at_level("INFO", logger="sesame.tasks.runs.evaluation"):
-        evaluate(make_cfg(f"++model={tmp_path / 'run'}", "data.max_eval_examples=8", *overrides), tmp_path / "eval",
+        evaluate(RunSettings.from_config(make_cfg(f"++model={tmp_path / 'run'}", "data.max_eval_examples=8", *overrides)), tmp_path / "eval",
                  overrides=overrides)
     assert seen == [expected]  # the command's default (128) is not the model's
     said = "the model's own" if not overrides else "as this command sets it (the model was trained with 24)"

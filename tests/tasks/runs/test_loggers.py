@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from omegaconf import open_dict
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs import loggers
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.runs.loggers import LoggerSettings
+from sesame.tasks.base.logger_settings import LoggerSettings
 from sesame.tasks.runs.runner import build_trainer, train
 from tests.conftest import require
 
@@ -27,7 +28,7 @@ def test_tensorboard_writes_event_files_next_to_the_csv_log(make_cfg, tmp_path):
     require("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    metrics = train(make_cfg("logger=tensorboard"), tmp_path)
+    metrics = train(RunSettings.from_config(make_cfg("logger=tensorboard")), tmp_path)
     assert _csv_metrics(tmp_path) == pytest.approx([metrics["val_accuracy"]])
     events = list((tmp_path / "logs").glob("events.out.tfevents.*"))
     assert events
@@ -43,7 +44,7 @@ def test_mlflow_logs_into_a_file_store_in_the_run_folder(make_cfg, tmp_path, mon
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     run = tmp_path / "run"
-    metrics = train(make_cfg("logger=mlflow", "logger.experiment_name=tests"), run)
+    metrics = train(RunSettings.from_config(make_cfg("logger=mlflow", "logger.experiment_name=tests")), run)
     assert _csv_metrics(run) == pytest.approx([metrics["val_accuracy"]])
     client = MlflowClient((run / "mlruns").as_uri())
     [logged] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
@@ -58,8 +59,8 @@ def test_wandb_writes_an_offline_run_into_the_run_folder(make_cfg, tmp_path, mon
     wandb = pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "online")  # the logger is offline whatever the environment says
     monkeypatch.setenv("WANDB_SILENT", "true")
-    first = train(make_cfg("logger=wandb"), tmp_path / "first")
-    second = train(make_cfg("logger=wandb", "seed=3"), tmp_path / "second")
+    first = train(RunSettings.from_config(make_cfg("logger=wandb")), tmp_path / "first")
+    second = train(RunSettings.from_config(make_cfg("logger=wandb", "seed=3")), tmp_path / "second")
     wandb.finish()  # the last run of a process ends with it (or with the next run's start)
     for run, metrics in ((tmp_path / "first", first), (tmp_path / "second", second)):
         assert _csv_metrics(run) == pytest.approx([metrics["val_accuracy"]])
@@ -72,7 +73,7 @@ def test_wandb_writes_an_offline_run_into_the_run_folder(make_cfg, tmp_path, mon
 def test_csv_is_the_default_and_writes_only_the_csv_log(make_cfg, tmp_path):
     cfg = make_cfg()
     assert cfg.logger.name == "csv"
-    trainer = build_trainer(cfg, tmp_path, "val_accuracy")
+    trainer = build_trainer(RunSettings.from_config(cfg), tmp_path, "val_accuracy")
     assert [type(logger).__name__ for logger in trainer.loggers] == ["CSVLogger"]
     assert Path(trainer.logger.log_dir) == tmp_path / "logs"
 
@@ -82,7 +83,7 @@ def test_a_config_without_a_logger_block_logs_to_csv(make_cfg, tmp_path):
     cfg = make_cfg()
     with open_dict(cfg):
         del cfg["logger"]
-    assert [type(logger).__name__ for logger in build_trainer(cfg, tmp_path, None).loggers] == ["CSVLogger"]
+    assert [type(logger).__name__ for logger in build_trainer(RunSettings.from_config(cfg), tmp_path, None).loggers] == ["CSVLogger"]
 
 
 def test_each_installed_logger_comes_after_the_csv_one(make_cfg, tmp_path):
@@ -90,7 +91,7 @@ def test_each_installed_logger_comes_after_the_csv_one(make_cfg, tmp_path):
     for name, cls in names.items():
         if importlib.util.find_spec(name) is None:
             continue
-        trainer = build_trainer(make_cfg(f"logger={name}"), tmp_path / name, "val_accuracy")
+        trainer = build_trainer(RunSettings.from_config(make_cfg(f"logger={name}")), tmp_path / name, "val_accuracy")
         assert [type(logger).__name__ for logger in trainer.loggers] == ["CSVLogger", cls]
 
 
@@ -101,7 +102,7 @@ def test_each_installed_logger_comes_after_the_csv_one(make_cfg, tmp_path):
 ])
 def test_bad_logger_settings_are_config_errors(make_cfg, tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
-        build_trainer(make_cfg(override), tmp_path, "val_accuracy")
+        build_trainer(RunSettings.from_config(make_cfg(override)), tmp_path, "val_accuracy")
 
 
 @pytest.mark.parametrize("name", ["tensorboard", "mlflow", "wandb"])
@@ -124,14 +125,14 @@ def test_the_logger_presets_are_valid_where_their_packages_are_installed(make_cf
 def test_the_progress_bar_is_rich_when_shown_and_absent_when_off(make_cfg, tmp_path):
     from lightning.pytorch.callbacks import RichProgressBar
 
-    shown = build_trainer(make_cfg("trainer.enable_progress_bar=true"), tmp_path / "a", "val_accuracy")
+    shown = build_trainer(RunSettings.from_config(make_cfg("trainer.enable_progress_bar=true")), tmp_path / "a", "val_accuracy")
     assert isinstance(shown.progress_bar_callback, RichProgressBar)
-    hidden = build_trainer(make_cfg(), tmp_path / "b", "val_accuracy")
+    hidden = build_trainer(RunSettings.from_config(make_cfg()), tmp_path / "b", "val_accuracy")
     assert hidden.progress_bar_callback is None
 
 
 def test_a_run_with_the_rich_progress_bar_trains(make_cfg, tmp_path):
-    metrics = train(make_cfg("trainer.enable_progress_bar=true"), tmp_path)
+    metrics = train(RunSettings.from_config(make_cfg("trainer.enable_progress_bar=true")), tmp_path)
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
 
 
@@ -139,7 +140,7 @@ def test_learning_rates_and_gradient_norm_go_to_every_logger(make_cfg, tmp_path)
     require("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train(make_cfg("logger=tensorboard", "finetune.warmup_ratio=0.5"), tmp_path)  # trainer=debug: 4 steps, a log each
+    train(RunSettings.from_config(make_cfg("logger=tensorboard", "finetune.warmup_ratio=0.5")), tmp_path)  # trainer=debug: 4 steps, a log each
     with open(tmp_path / "logs" / "metrics.csv", newline="") as handle:
         rows = [row for row in csv.DictReader(handle) if row.get("grad_norm")]
     assert len(rows) == 4
@@ -158,7 +159,7 @@ def test_tensorboard_hparams_dashboard_gets_the_overrides_and_final_metrics(make
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    metrics = train(make_cfg("logger=tensorboard", "pooling=mean"), tmp_path, hparams={"pooling": "mean", "seed": 42})
+    metrics = train(RunSettings.from_config(make_cfg("logger=tensorboard", "pooling=mean")), tmp_path, hparams={"pooling": "mean", "seed": 42})
     events = EventAccumulator(str(tmp_path / "logs")).Reload()
     content = events.PluginTagToContent("hparams")
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
@@ -175,7 +176,7 @@ def test_mlflow_run_table_gets_the_overrides_and_final_metrics(make_cfg, tmp_pat
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     run = tmp_path / "run"
-    metrics = train(make_cfg("logger=mlflow", "logger.experiment_name=sweep"), run, hparams={"fusion": "last"})
+    metrics = train(RunSettings.from_config(make_cfg("logger=mlflow", "logger.experiment_name=sweep")), run, hparams={"fusion": "last"})
     client = MlflowClient((run / "mlruns").as_uri())
     [logged] = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
     assert logged.data.params["hparams/fusion"] == "last"

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs.runner import train
 
 
@@ -17,12 +18,12 @@ def test_a_compiled_encoder_evaluates_to_the_eager_metrics_under_the_eager_names
     from sesame.tasks.runs.compilation import CompileEncoder
     from sesame.tasks.runs.evaluation import evaluate
 
-    module = build_module(make_cfg())
+    module = build_module(RunSettings.from_config(make_cfg()))
     names = list(module.state_dict())
     CompileEncoder().setup(None, module, "validate")
     assert list(module.state_dict()) == names
-    eager = train(make_cfg("trainer.limit_train_batches=2", "trainer.limit_val_batches=null"), tmp_path / "run")
-    compiled = evaluate(make_cfg(f"++model={tmp_path / 'run'}", "trainer.compile=true", "trainer.limit_val_batches=null"),
+    eager = train(RunSettings.from_config(make_cfg("trainer.limit_train_batches=2", "trainer.limit_val_batches=null")), tmp_path / "run")
+    compiled = evaluate(RunSettings.from_config(make_cfg(f"++model={tmp_path / 'run'}", "trainer.compile=true", "trainer.limit_val_batches=null")),
                         tmp_path / "eval", overrides=[])
     assert compiled["val_accuracy"] == pytest.approx(eager["val_accuracy"], abs=1e-9)
     assert compiled["val_loss"] == pytest.approx(eager["val_loss"], rel=1e-4)
@@ -30,7 +31,7 @@ def test_a_compiled_encoder_evaluates_to_the_eager_metrics_under_the_eager_names
 
 @pytest.mark.parametrize("task", ["glue", "squad_v1", "ner"])
 def test_bf16_mixed_precision_trains_and_evaluates(make_cfg, tmp_path, task):
-    metrics = train(make_cfg(f"task={task}", "trainer.precision=bf16-mixed", "trainer.limit_train_batches=2"), tmp_path)
+    metrics = train(RunSettings.from_config(make_cfg(f"task={task}", "trainer.precision=bf16-mixed", "trainer.limit_train_batches=2")), tmp_path)
     main = {"glue": "val_accuracy", "squad_v1": "val_f1", "ner": "val_f1"}[task]
     assert metrics[main] is not None
     assert json.loads((tmp_path / "metrics.json").read_text())[main] == metrics[main]

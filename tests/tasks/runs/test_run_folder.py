@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.runs.run_lock import LOCK_NAME
 from sesame.tasks.runs.runner import train
@@ -54,49 +55,49 @@ def test_a_rerun_is_refused_and_changes_nothing_in_the_folder(tiny_bert_dir, tmp
 
 def test_overwrite_replaces_the_earlier_run_and_resume_continues_it(make_cfg, tmp_path):
     run = tmp_path / "run"
-    train(make_cfg(*TINY), run)
+    train(RunSettings.from_config(make_cfg(*TINY)), run)
     (run / "metrics.json").write_text('{"earlier": 1}')
     with pytest.raises(ConfigError, match="already holds a run"):
-        train(make_cfg(*TINY), run)
+        train(RunSettings.from_config(make_cfg(*TINY)), run)
     assert json.loads((run / "metrics.json").read_text()) == {"earlier": 1}
 
-    metrics = train(make_cfg(*TINY, "overwrite=true", "seed=3"), run)
+    metrics = train(RunSettings.from_config(make_cfg(*TINY, "overwrite=true", "seed=3")), run)
     assert json.loads((run / "metrics.json").read_text()) == metrics != {"earlier": 1}
-    assert train(make_cfg(*TINY, "resume=true", "seed=3"), run) == metrics  # already at its last step
+    assert train(RunSettings.from_config(make_cfg(*TINY, "resume=true", "seed=3")), run) == metrics  # already at its last step
 
 
 def test_a_folder_with_results_but_no_config_is_refused_too(make_cfg, tmp_path):
     # what a copied or half-cleaned run folder looks like: its metrics and best weights, its config.yaml gone
     run = tmp_path / "run"
-    train(make_cfg(*TINY), run)
+    train(RunSettings.from_config(make_cfg(*TINY)), run)
     (run / "config.yaml").unlink()
     before = _files(run)
     assert "metrics.json" in before and "checkpoints/best.ckpt" in before
     with pytest.raises(ConfigError, match="already holds a run"):
-        train(make_cfg(*TINY, "seed=7"), run)
+        train(RunSettings.from_config(make_cfg(*TINY, "seed=7")), run)
     assert _files(run) == before
 
 
 def test_a_resume_removes_what_a_killed_checkpoint_write_left_half_written(make_cfg, tmp_path):
     run = tmp_path / "run"
-    metrics = train(make_cfg(*TINY), run)
+    metrics = train(RunSettings.from_config(make_cfg(*TINY)), run)
     # SIGKILL inside atomic_open's write of last.ckpt leaves its temporary beside the previous, whole checkpoint
     half = run / "checkpoints" / ".last.ckpt.k1ll3d.tmp"
     half.write_bytes(b"\x80half a checkpoint")
-    assert train(make_cfg(*TINY, "resume=true"), run) == metrics
+    assert train(RunSettings.from_config(make_cfg(*TINY, "resume=true")), run) == metrics
     assert not half.exists() and (run / "checkpoints" / "last.ckpt").is_file()
     assert not list(run.rglob(".*.tmp"))
 
 
 def test_resuming_from_best_ckpt_says_it_holds_weights_only_and_what_to_use(make_cfg, tmp_path):
     run = tmp_path / "run"
-    train(make_cfg(*TINY), run)
+    train(RunSettings.from_config(make_cfg(*TINY)), run)
     best = run / "checkpoints" / "best.ckpt"
     before = _files(run)
     with pytest.raises(ConfigError, match="holds the model's weights only") as refused:
-        train(make_cfg(*TINY, f"resume={best}"), tmp_path / "again")
+        train(RunSettings.from_config(make_cfg(*TINY, f"resume={best}")), tmp_path / "again")
     assert "checkpoints/last.ckpt" in str(refused.value) and f"init_from={best}" in str(refused.value)
     assert _files(run) == before
     # the fix it names works: a new run from those weights
-    assert "val_accuracy" in train(make_cfg(*TINY, f"init_from={best}"), tmp_path / "from_best")
+    assert "val_accuracy" in train(RunSettings.from_config(make_cfg(*TINY, f"init_from={best}")), tmp_path / "from_best")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.run_settings import EarlyStoppingSettings, TrainerSettings
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.runs.runner import train
@@ -25,7 +26,7 @@ def test_sesames_own_keys_are_typed_and_the_rest_goes_to_lightning_unchanged(mak
 def test_a_misspelt_trainer_key_names_the_closest_argument_before_anything_runs(make_cfg, tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.max_epoch is not a lightning.Trainer argument.*"
                                           r"did you mean trainer.max_epochs\?"):
-        train(make_cfg("+trainer.max_epoch=1"), tmp_path)
+        train(RunSettings.from_config(make_cfg("+trainer.max_epoch=1")), tmp_path)
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 

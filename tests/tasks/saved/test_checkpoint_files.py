@@ -14,6 +14,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoint_files import DamagedCheckpointError, UnsafeCheckpointError, load_checkpoint_file
 from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.cli.errors import user_errors_are_messages
@@ -37,7 +38,7 @@ class Payload:
 @pytest.fixture(scope="module")
 def clean_run(make_cfg, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("clean") / "run"
-    train(make_cfg(*TINY), run)
+    train(RunSettings.from_config(make_cfg(*TINY)), run)
     return run
 
 
@@ -88,13 +89,13 @@ def _entry_points(run: Path, tmp: Path, make_cfg) -> dict:
     return {
         "load_trained": lambda: load_trained(run),
         "sesame-predict": lambda: predict_main([str(run), str(_write(tmp / "in.jsonl", '{"text": "a fine film"}\n'))]),
-        "sesame-eval": lambda: evaluate(_eval_cfg(f"model={run}", "data.max_eval_examples=8"), tmp / "eval"),
+        "sesame-eval": lambda: evaluate(RunSettings.from_config(_eval_cfg(f"model={run}", "data.max_eval_examples=8")), tmp / "eval"),
         "sesame-export hf": lambda: export_main([str(run), str(tmp / "hf"), "--format", "hf"]),
         "sesame-export onnx": lambda: export_main([str(run), str(tmp / "onnx"), "--format", "onnx"]),
         "sesame-compress quantize": lambda: compress_main(["quantize", str(run), str(tmp / "int8")]),
         "sesame-compress drop-layers": lambda: compress_main(["drop-layers", str(run), str(tmp / "student")]),
-        "distill.teacher": lambda: train(make_cfg(*TINY, f"distill.teacher={run}"), tmp / "student_run"),
-        "resume": lambda: train(make_cfg(*TINY, f"resume={run / 'checkpoints' / 'last.ckpt'}"), tmp / "resumed"),
+        "distill.teacher": lambda: train(RunSettings.from_config(make_cfg(*TINY, f"distill.teacher={run}")), tmp / "student_run"),
+        "resume": lambda: train(RunSettings.from_config(make_cfg(*TINY, f"resume={run / 'checkpoints' / 'last.ckpt'}")), tmp / "resumed"),
     }
 
 

@@ -7,6 +7,7 @@ import logging
 
 import torch
 
+from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.saved.checkpoints import load_trained
 from sesame.tasks.saved.config_upgrade import task_defaults, with_added_settings
 from sesame.tasks.runs.runner import train
@@ -26,7 +27,7 @@ def test_missing_settings_take_the_tasks_defaults():
 
 
 def test_an_older_full_run_loads_to_its_own_predictions(make_cfg, tmp_path, caplog):
-    train(make_cfg("trainer.limit_train_batches=2"), tmp_path)
+    train(RunSettings.from_config(make_cfg("trainer.limit_train_batches=2")), tmp_path)
     path = tmp_path / "checkpoints" / "best.ckpt"
     checkpoint = torch.load(path, weights_only=True)
     cfg = checkpoint["hyper_parameters"]["cfg"]

@@ -15,6 +15,7 @@ from sesame.tasks.base.run_settings import HeadSettings, TaskSettings, task_clas
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.paths import shipped_path
 from sesame.tasks.saved.trained_overrides import TrainedOverrides, apply_overrides, evaluation_data
+from sesame.tasks.base.run_settings import RunSettings
 
 TASKS = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "conf" / "task").glob("*.yaml"))
 
@@ -75,7 +76,7 @@ def test_calibrate_is_refused_before_training_where_the_task_has_no_temperature(
     from sesame.tasks.runs.runner import train
 
     with pytest.raises(ConfigError, match=refusal + r".*Fix: drop calibrate=true"):
-        train(make_cfg(*overrides, "calibrate=true", "data.max_train_examples=8", "data.max_eval_examples=8"), tmp_path / "run")
+        train(RunSettings.from_config(make_cfg(*overrides, "calibrate=true", "data.max_train_examples=8", "data.max_eval_examples=8")), tmp_path / "run")
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 

@@ -1,0 +1,26 @@
+"""``cfg.encoder``, typed: plain data (importing it loads no torch), so a config is checked before any model library loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.settings import Settings
+
+ENCODER_INITS = ("pretrained", "random")
+
+
+@dataclass(frozen=True)
+class EncoderSettings(Settings):
+    """``cfg.encoder`` (``conf/encoder/*.yaml``): which pretrained weights and tokenizer to load."""
+
+    group = "encoder"
+    name_or_path: str
+    tokenizer: str | None  # null: the encoder's own
+    dtype: str | None  # null: the checkpoint's dtype
+    attn_implementation: str | None
+    init: str  # pretrained | random (the same architecture and tokenizer, freshly initialised)
+
+    def __post_init__(self) -> None:
+        if self.init not in ENCODER_INITS:
+            raise ConfigError(f"encoder.init={self.init!r} is not one of {', '.join(ENCODER_INITS)}")
