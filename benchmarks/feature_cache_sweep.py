@@ -34,7 +34,7 @@ def run(fusion: str, cached: bool, args: argparse.Namespace, cache_dir: str, out
     overrides = [
         "task=ner", f"data={args.data}", f"fusion={fusion}", "finetune=frozen", f"trainer.max_epochs={args.epochs}",
         "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-        f"cache.enabled={str(cached).lower()}", f"cache.dir={cache_dir}",
+        f"cache.enabled={str(cached).lower()}", f"cache.dir={cache_dir}", "cache.layers=all",  # one entry for every fusion
     ]
     if args.max_train_examples:
         overrides.append(f"data.max_train_examples={args.max_train_examples}")

@@ -65,7 +65,8 @@ class LayerFusion(nn.Module):
         combine: ``mean``, ``sum`` or ``concat`` for ``mode="layers"``.
 
     ``forward(hidden_states)``: a sequence of ``num_hidden_states`` tensors [B, T, H] (or, when
-    :attr:`reads_last_only`, just the last one as a 1-sequence) -> [B, T, output_size], where
+    :attr:`reads_last_only`, just the last one as a 1-sequence; None may stand for a hidden state outside
+    :attr:`indices`, which is never read) -> [B, T, output_size], where
     ``output_size`` is ``H`` times the number of layers for concat, else ``H``.
     """
 
@@ -110,7 +111,7 @@ class LayerFusion(nn.Module):
             )
         return absolute
 
-    def forward(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
+    def forward(self, hidden_states: Sequence[torch.Tensor | None]) -> torch.Tensor:
         if self.reads_last_only and len(hidden_states) == 1:
             return hidden_states[0]
         if len(hidden_states) != self.num_hidden_states:

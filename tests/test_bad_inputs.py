@@ -56,6 +56,7 @@ CASES = [
     ("model-path-missing", None, None, ["encoder.name_or_path=/no/such/model"], ["/no/such/model", "no such folder"]),
     ("concat-last-4-on-2-layers", None, None, ["fusion=concat_last_4", "encoder.name_or_path={tiny2}"], ["fusion", "embeddings + 2 layers"]),
     ("cache-without-frozen", None, None, ["finetune=full", "cache.enabled=true"], ["cache.enabled", "finetune=frozen"]),
+    ("cache-unknown-layers", None, None, ["finetune=frozen", "cache.enabled=true", "cache.layers=last"], ["cache.layers='last'", "fusion", "all"]),
     ("top-k-too-large", None, None, ["finetune=top_k", "finetune.top_k=9"], ["finetune.top_k=9", "4 layers"]),
     ("resume-without-checkpoint", None, None, ["resume=true"], ["resume=True", "last.ckpt"]),
     ("stsb-nan-train", "bad.tsv", STSB.format("nan"), ["data=stsb", "data.train_file={f}", "data.validation_file={f}"], ["bad.tsv:2", "'nan'", "not a finite number"]),

@@ -158,9 +158,10 @@ class EncoderTaskNetwork(nn.Module):
         checkpoint["state_dict"].update({k: params[k].detach().clone() for k in record["keys"]})
 
     # Features ---------------------------------------------------------------------------------------
-    def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
         """The hidden states the fusion reads, each [B, T, H]: all of them, or only the last (a
-        1-tuple) for a fusion that reads nothing else. No graph is kept for a frozen encoder."""
+        1-tuple) for a fusion that reads nothing else; from the feature cache, None stands for each one
+        the fusion does not read (the entry may not hold it). No graph is kept for a frozen encoder."""
         if self.feature_cache is not None:
             cached = self.feature_cache.lookup(batch)
             if cached is not None:

@@ -16,9 +16,9 @@ copy stands alone; and every load still checks the checkpoint's digest of the va
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -26,7 +26,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from sesame.tasks.core.shared_writes import (discard_folder, publish_folder, remove_dead_writers_leftovers,
+                                             staging_folder)
 from sesame.tasks.encoders.finetune import plain_state_dict
+
+log = logging.getLogger(__name__)
 
 #: The run-folder entry holding the encoder's config, tokenizer and (frozen runs) weights.
 ENCODER_FOLDER = "encoder"
@@ -80,35 +84,41 @@ def has_weights(folder: str | Path) -> bool:
 
 def store_weights(model: nn.Module, store: Path) -> Path:
     """``<store>/<sha256>/``: the weight files ``save_pretrained`` writes for ``model``, named by the sha256
-    of their names and bytes; written once (a staging folder renamed into place, so concurrent jobs of a
-    sweep never see a half-written entry, and the second to finish keeps the first one's)."""
-    store.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=store, prefix=".staging-"))
+    of their names and bytes; written once. Jobs of a sweep write it at once (``tasks/core/shared_writes.py``):
+    each stages under a name holding its pid and renames into place, the first copy wins, and staging
+    folders of killed jobs are removed by the next. An entry whose files no longer hash to its name (a
+    damaged disk) is named in a warning and replaced by this job's copy."""
+    remove_dead_writers_leftovers(store)
+    staging = staging_folder(store, "weights")
     try:
         model.save_pretrained(staging, state_dict=plain_state_dict(model))
         (staging / "config.json").unlink()  # each job keeps its own config; the store holds weights only
-        digest = hashlib.sha256()
-        for path in sorted(staging.iterdir()):
-            digest.update(path.name.encode() + b"\0")
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        entry = store / digest.hexdigest()
+        entry = store / folder_digest(staging)
+        if entry.is_dir() and folder_digest(entry) != entry.name:
+            log.warning("encoder store entry %s is damaged (its files no longer hash to its name); replacing it", entry)
+            discard_folder(entry)
         if not entry.is_dir():
-            try:
-                staging.rename(entry)
-            except OSError:
-                if not entry.is_dir():  # not a concurrent job's identical entry: a real failure
-                    raise
+            publish_folder(staging, entry)  # False: a concurrent job's identical copy came first
         return entry
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def folder_digest(folder: Path) -> str:
+    """sha256 over the names and bytes of the files of ``folder``, in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def link_or_copy(source: Path, target: Path) -> None:
     """``target`` as a hard link to ``source`` (no second copy on disk); a copy where the two are on
     different file systems or hard links are not supported."""
-    tmp = target.with_name(f".{target.name}.tmp")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # the run folder's own writer: removed if it is killed
     tmp.unlink(missing_ok=True)
     try:
         os.link(source, tmp)

@@ -14,7 +14,8 @@ The export is checked before the folder appears: onnxruntime's outputs on probe 
 sizes and lengths than the example the graph was traced with must equal PyTorch's (the largest
 difference is reported, :data:`TOLERANCE` is the limit). ``int8=True`` adds ``model.int8.onnx``,
 onnxruntime's dynamic int8 quantisation of the graph's matrix products (weights int8, activations
-quantised per batch), with its agreement with the float graph reported.
+quantised per call, from the whole activation tensor), with its agreement with the float graph reported;
+sesame runs it one example at a time (``run_session_by_row``), so a prediction never depends on its batch.
 
 Folder: ``model.onnx`` [``model.int8.onnx``], the tokenizer files, ``sesame_config.yaml`` (the
 trained config: task, labels, data and head settings for ``sesame-predict``), the task's files
@@ -43,7 +44,8 @@ from sesame.tasks.core.known_noise import known_noise_silenced
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export import as_tuple, check_output_folder, staged_folder, task_export
 from sesame.tasks.export.model_card import write_model_card
-from sesame.tasks.inference.onnx_session import CONFIG_FILE, INT8_FILE, MODEL_FILE, new_session, run_session
+from sesame.tasks.inference.onnx_session import (CONFIG_FILE, INT8_FILE, MODEL_FILE, new_session, run_session,
+                                                 run_session_by_row)
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +173,7 @@ INT8_WEIGHTS = ("per_channel", "per_tensor")
 def quantize_int8(source: Path, target: Path, large: bool = False, weights: str = "per_channel") -> dict[str, int]:
     """onnxruntime's dynamic int8 quantisation of ``source`` into ``target``; returns node counts.
     ``large``: the graphs keep their weights in external data files (over 2 GB). ``weights``: one of
-    ``INT8_WEIGHTS``, how the int8 weights are scaled (activations are quantised per tensor, per batch)."""
+    ``INT8_WEIGHTS``, how the int8 weights are scaled (activations are quantised per tensor, per call)."""
     if weights not in INT8_WEIGHTS:
         raise ConfigError(f"--int8-weights {weights}: use one of {', '.join(INT8_WEIGHTS)}")
     import onnx
@@ -282,7 +284,7 @@ def export_onnx(run: str | Path, output: str | Path, *, int8: bool = False, expo
             quantized = new_session(folder / INT8_FILE, threads=threads)
             diff8, same, total, decided = 0.0, 0, 0, False
             for batch, reference in zip(checks, references):
-                got = run_session(quantized, batch)
+                got = run_session_by_row(quantized, batch, task.output_axes())  # as sesame-predict runs it
                 diff8 = max(diff8, compare(task, reference, got, batch)[0])
                 ours, theirs = task.predictions(reference, batch), task.predictions(got, batch)
                 if ours is not None and theirs is not None:  # None: scores, not decisions (regression)

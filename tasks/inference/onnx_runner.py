@@ -30,7 +30,8 @@ from sesame.tasks.base.export import TaskExport
 from sesame.tasks.base.run_settings import RunSettings, task_class
 from sesame.tasks.encoders.encoder import load_tokenizer
 from sesame.tasks.core.errors import ConfigError, MissingFileError
-from sesame.tasks.inference.onnx_session import CONFIG_FILE, INT8_FILE, MODEL_FILE, new_session, run_session
+from sesame.tasks.inference.onnx_session import (CONFIG_FILE, INT8_FILE, MODEL_FILE, new_session, run_session,
+                                                 run_session_by_row)
 from sesame.tasks.saved.config_upgrade import with_added_settings
 from sesame.tasks.saved.trained_overrides import apply_overrides
 
@@ -43,9 +44,12 @@ class OnnxRunner:
         cfg: the trained config with overrides applied (``settings`` is its typed view).
         session: the onnxruntime session of ``model.onnx`` or ``model.int8.onnx``.
         tokenizer_source: where :meth:`tokenizer` loads from (the folder, or ``encoder.tokenizer``).
+        by_row: run each example alone at its own length (``run_session_by_row``): the int8 graph's
+            activation scales are per call, so only then is an example's output independent of its batch.
     """
 
-    def __init__(self, folder: Path, cfg: dict[str, Any], session: Any, tokenizer_source: str | None = None) -> None:
+    def __init__(self, folder: Path, cfg: dict[str, Any], session: Any, tokenizer_source: str | None = None,
+                 by_row: bool = False) -> None:
         self.folder = Path(folder)
         self.cfg = cfg
         self.settings = RunSettings.of_trained(cfg)
@@ -56,6 +60,7 @@ class OnnxRunner:
         self.output_names = [o.name for o in session.get_outputs()]
         self.tokenizer_source = tokenizer_source or str(self.folder)
         self._tokenizer: PreTrainedTokenizerFast | None = None
+        self.by_row = by_row
 
     @classmethod
     def from_folder(cls, folder: str | Path, overrides: Mapping[str, Any] | None = None, *, int8: bool = False,
@@ -65,7 +70,8 @@ class OnnxRunner:
         Args:
             folder: a ``sesame-export --format onnx`` folder.
             overrides: dotted settings over the trained config (``{"head.max_answer_length": 50}``).
-            int8: run ``model.int8.onnx`` (exported with ``--int8``) instead of ``model.onnx``.
+            int8: run ``model.int8.onnx`` (exported with ``--int8``) instead of ``model.onnx``, one example at
+                a time (its predictions then do not depend on the batch).
             threads: onnxruntime's intra-op threads (None: its default, one per core).
             providers: onnxruntime execution providers (default CPU).
         """
@@ -90,7 +96,7 @@ class OnnxRunner:
             import onnxruntime  # noqa: F401
         except ImportError as err:
             raise ConfigError("running an ONNX export needs onnxruntime: pip install 'sesame[export]'") from err
-        return cls(folder, cfg, new_session(model, threads=threads, providers=providers), tokenizer_source)
+        return cls(folder, cfg, new_session(model, threads=threads, providers=providers), tokenizer_source, by_row=int8)
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
         """The tokenizer saved with the export (or ``encoder.tokenizer`` when overridden)."""
@@ -100,7 +106,10 @@ class OnnxRunner:
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """The module's ``forward(batch)``: logits [B, C] / [B, T, C], or QA ``(start, end)`` [B, T] each,
-        masked outside the context as ``SpanPointerHead`` masks them. Other batch keys are ignored."""
+        masked outside the context as ``SpanPointerHead`` masks them. Other batch keys are ignored. The int8
+        graph runs example by example (``by_row``): an example's outputs do not depend on its batch."""
+        if self.by_row:
+            return self.task_export.forward_output(run_session_by_row(self.session, batch, self.task_export.output_axes()))
         return self.task_export.forward_output(run_session(self.session, batch))
 
     def head_state(self) -> dict[str, torch.Tensor]:

@@ -1,7 +1,8 @@
 """onnxruntime sessions of a ``sesame-export --format onnx`` folder, and the folder's file names.
 
 Shared by the export (``tasks/export/onnx.py``, which writes and checks the graph) and the runner
-(``tasks/inference/onnx_runner.py``, which runs it for ``sesame-predict``). onnxruntime is imported
+(``tasks/inference/onnx_runner.py``, which runs it for ``sesame-predict``). The int8 graph runs one
+example at a time (:func:`run_session_by_row`), so its predictions do not depend on the batch. onnxruntime is imported
 only when a session is made (it is the ``[export]`` extra).
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sesame.heads.masking import masked_value
 from sesame.tasks.core.errors import ConfigError
 
 #: The float graph.
@@ -73,3 +75,39 @@ def session_feed(session: Any, batch: dict[str, torch.Tensor]) -> dict[str, np.n
 def run_session(session: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The graph's outputs on ``batch`` as float32 CPU tensors, in output order."""
     return tuple(torch.from_numpy(np.asarray(o, dtype=np.float32)) for o in session.run(None, session_feed(session, batch)))
+
+
+def run_session_by_row(session: Any, batch: dict[str, torch.Tensor], output_axes: Sequence[str]) -> tuple[torch.Tensor, ...]:
+    """The graph's outputs on ``batch`` computed one example at a time, each cut to its own length, and put
+    back together in the batch's shape (``output_axes``: the outputs' leading axes, ``TaskExport.output_axes``;
+    positions past an example's length get :func:`~sesame.heads.masking.masked_value`, which no decoder reads).
+
+    Why: onnxruntime's dynamic int8 graph quantises each matrix product's activations with one scale per
+    call, from the whole activation tensor, so an example's probabilities would depend on the other
+    examples of its batch and on their padding. Alone and unpadded, an example gets the same outputs in any
+    batch, bit for bit. The price is one session call per example."""
+    mask = batch["attention_mask"]
+    rows, width = mask.shape[0], mask.shape[-1]
+    if rows == 0:
+        return run_session(session, batch)
+    results = []
+    for row in range(rows):
+        real = mask[row].reshape(-1, width).any(dim=0).nonzero()
+        length = int(real.max()) + 1 if len(real) else width
+        alone = {name: value[row : row + 1] for name, value in batch.items()
+                 if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == rows}
+        alone = {name: value[..., :length] if value.ndim > 1 and value.shape[-1] == width else value
+                 for name, value in alone.items()}
+        results.append(run_session(session, alone))
+    length_axis = list(output_axes).index("length") if "length" in output_axes else None
+    outputs = []
+    for parts in zip(*results):
+        if length_axis is not None:
+            padded = []
+            for part in parts:
+                shape = list(part.shape)
+                shape[length_axis] = width - part.shape[length_axis]
+                padded.append(torch.cat([part, torch.full(shape, masked_value(torch.float32))], dim=length_axis))
+            parts = padded
+        outputs.append(torch.cat(parts, dim=0))
+    return tuple(outputs)

@@ -153,7 +153,8 @@ def flat_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
 
 def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, datamodule: SplitDataModule,
                          progress: bool) -> None:
-    """When the cache applies, compute the frozen encoder's features once (or reuse them) for every split."""
+    """When the cache applies, compute the frozen encoder's features once (or reuse them) for every split: the
+    hidden states the fusion reads (``cache.layers=fusion``) or every one (``all``)."""
     if not settings.applies(module.encoder_frozen):
         return
     loaders = [
@@ -161,8 +162,10 @@ def attach_feature_cache(settings: CacheSettings, module: EncoderTaskModule, dat
         for name, split in (("train", "train"), ("val", "validation"), ("test", "test"))
         if datamodule.has_split(split)
     ]
-    module.feature_cache = build_or_open(module.encoder, loaders, settings.dir, settings.dtype, progress=progress)
-    log.info("frozen features from %s", module.feature_cache.folder)
+    layers = settings.stored_layers(module.fusion.indices, module.encoder.num_hidden_states)
+    module.feature_cache = build_or_open(module.encoder, loaders, settings.dir, settings.dtype, progress=progress,
+                                         layers=layers)
+    log.info("frozen features from %s (hidden states %s)", module.feature_cache.folder, list(layers))
 
 
 def save_run_encoder(module: EncoderTaskModule, tokenizer: Any, run_dir: Path, shared: Path | None = None) -> None:

@@ -136,3 +136,39 @@ def test_a_frozen_sweep_stores_its_encoder_once_and_each_job_folder_still_stands
     # ... and not in the copy, which holds its own bytes.
     got = load_trained(alone).module.state_dict()
     assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+def test_the_store_removes_a_killed_jobs_staging_folder_and_replaces_a_damaged_entry(tiny_bert_dir, tmp_path, caplog):
+    import os
+    import threading
+
+    from sesame.tasks.core.shared_writes import staging_name
+    from sesame.tasks.encoders.encoder import Encoder
+    from sesame.tasks.encoders.store import folder_digest, store_weights
+
+    model = Encoder(str(tiny_bert_dir)).model
+    store = tmp_path / ".encoders"
+    store.mkdir()
+    killed = store / staging_name("weights").replace(f"-{os.getpid()}-", "-999999999-")  # a job killed mid-write
+    killed.mkdir()
+    (killed / "model.safetensors").write_bytes(b"half")
+    entry = store_weights(model, store)
+    assert not killed.exists() and entry.name == folder_digest(entry)
+    assert [p for p in store.iterdir() if p != entry] == []
+
+    stored = entry / "model.safetensors"
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0x01  # a flipped bit on disk
+    stored.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="sesame.tasks.encoders.store"):
+        assert store_weights(model, store) == entry
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert entry.name in warning and "damaged" in warning and folder_digest(entry) == entry.name
+
+    # Two jobs storing the same weights at once: one entry, no staging folder left.
+    shutil.rmtree(entry)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(store_weights(model, store))) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert results == [entry, entry] and list(store.iterdir()) == [entry] and folder_digest(entry) == entry.name

@@ -238,3 +238,39 @@ def test_sesame_predict_int8_runs_the_int8_graph_or_quantises_a_run(trained_run,
     assert got == int8 and got != fp32  # model.int8.onnx, not model.onnx
     quantized, plain = count_quantized_linear(runner_for(trained_run("glue"), int8=True).module)
     assert quantized > 0 and plain == 0  # a run folder: its linear layers in dynamic int8
+
+
+#: How far an int8 probability of one sentence may move with the batch around it: onnxruntime runs the int8 graph
+#: one example at a time at its own length, so the same float operations on the same inputs (bit-equal in practice).
+INT8_BATCH_TOLERANCE = 1e-6
+
+
+@pytest.mark.parametrize("name", ["glue", "ner_crf"])
+def test_an_int8_prediction_does_not_depend_on_the_batch_around_it(exported, name):
+    from sesame.tasks.inference.onnx_runner import OnnxRunner
+    from sesame.tasks.inference.onnx_session import run_session
+    from sesame.tasks.inference.predictor import Predictor
+
+    folder, _ = exported(name)
+    runner = OnnxRunner.from_folder(folder, int8=True, threads=1)
+    predict = Predictor.from_runner(runner, batch_size=8)
+    inputs = _raw_inputs(name)
+    target = min(inputs, key=lambda i: len(i["text"]))  # the shortest: most padding around it in a batch
+    others = sorted((i for i in inputs if i is not target), key=lambda i: -len(i["text"]))[:6]
+    alone = predict([target])[0]
+    in_batch = predict([*others[:3], target, *others[3:]])[3]
+    if name == "glue":
+        assert alone["label"] == in_batch["label"]
+        assert alone["probabilities"].keys() == in_batch["probabilities"].keys()
+        assert max(abs(p - in_batch["probabilities"][k]) for k, p in alone["probabilities"].items()) <= INT8_BATCH_TOLERANCE
+    else:
+        assert alone["entities"] == in_batch["entities"]
+
+    # What the fixed batching removes: the same graph run on the whole padded batch moves the sentence's outputs.
+    if name == "glue":
+        tokenizer = runner.tokenizer()
+        texts = [i["text"] for i in [*others[:3], target]]
+        batch = dict(tokenizer(texts, padding=True, return_tensors="pt"))
+        whole = run_session(runner.session, batch)[0][3]
+        single = run_session(runner.session, dict(tokenizer([target["text"]], return_tensors="pt")))[0][0]
+        assert not torch.equal(whole, single)
