@@ -49,6 +49,9 @@ SWITCHES: dict[str, tuple[str, str]] = {
     "sparse_embeddings": ("sparse_embeddings", "default"),
     "precision_auto": ("precision_auto", "default"),
 }
+#: The ``$SESAME_DATA_DIR`` data each task reads (``--tasks`` as other benchmarks have it): none, the
+#: shipped SST-2 slice is all it trains and scores on.
+TASKS: dict[str, dict[str, list[str]]] = {"sst2_slice": {"files": []}}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -66,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    args.tasks = list(TASKS)
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
