@@ -198,9 +198,11 @@ def check_data(args: argparse.Namespace) -> None:
 
 
 # The sesame side -----------------------------------------------------------------------------------
-def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path, precision_mirrored: bool = True) -> dict[str, Any]:
+def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path, precision_mirrored: bool = True,
+               mirrored: bool = True) -> dict[str, Any]:
     """sesame's own training (``tasks/runs/runner.py`` ``train``) with a timing callback; its metrics.json.
-    ``precision_mirrored=False``: an arm that times a precision the reference does not run (bf16)."""
+    ``precision_mirrored=False``: an arm that times a precision the reference does not run (bf16);
+    ``mirrored=False``: a run no Trainer side mirrors (sesame against itself: ``engine_switches.py``)."""
     import lightning as L
     from sesame.tasks.runs import runner
 
@@ -227,7 +229,8 @@ def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path, pre
     try:
         base = compose("config", overrides)
         cfg = compose("config", [*overrides, *trainer_overrides(base, steps)])
-        check_mirrorable(cfg, precision=precision_mirrored)
+        if mirrored:
+            check_mirrorable(cfg, precision=precision_mirrored)
         started = time.perf_counter()
         metrics = runner.train(RunSettings.from_config(cfg), run_dir)
         total = time.perf_counter() - started

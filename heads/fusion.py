@@ -64,9 +64,10 @@ class LayerFusion(nn.Module):
         layers: hidden-state indices for ``mode="layers"`` (negative counts from the end).
         combine: ``mean``, ``sum`` or ``concat`` for ``mode="layers"``.
 
-    ``forward(hidden_states)``: a sequence of ``num_hidden_states`` tensors [B, T, H] (or, when
-    :attr:`reads_last_only`, just the last one as a 1-sequence; None may stand for a hidden state outside
-    :attr:`indices`, which is never read) -> [B, T, output_size], where
+    ``forward(hidden_states)``: a sequence of ``num_hidden_states`` tensors [B, T, H], or only the
+    first ``highest + 1`` of them (an encoder that stopped at the highest layer read), or, when the
+    fusion reads one hidden state, just that one as a 1-sequence; None may stand for a hidden state
+    outside :attr:`indices`, which is never read (a feature-cache entry holds only those) -> [B, T, output_size], where
     ``output_size`` is ``H`` times the number of layers for concat, else ``H``.
     """
 
@@ -100,6 +101,8 @@ class LayerFusion(nn.Module):
         self.output_size = hidden_size * len(self.indices) if combine == "concat" else hidden_size
         #: Whether the feature is the last layer alone, so the encoder need not return the others.
         self.reads_last_only = self.indices == (num_hidden_states - 1,)
+        #: The highest hidden state read: the encoder need not run the layers above it.
+        self.highest = max(self.indices)
 
     def _absolute(self, index: int) -> int:
         absolute = index + self.num_hidden_states if index < 0 else index
@@ -112,10 +115,11 @@ class LayerFusion(nn.Module):
         return absolute
 
     def forward(self, hidden_states: Sequence[torch.Tensor | None]) -> torch.Tensor:
-        if self.reads_last_only and len(hidden_states) == 1:
+        if len(self.indices) == 1 and self.scalar_mix is None and len(hidden_states) == 1:
             return hidden_states[0]
-        if len(hidden_states) != self.num_hidden_states:
-            raise ValueError(f"expected {self.num_hidden_states} hidden states, got {len(hidden_states)}")
+        if len(hidden_states) not in (self.num_hidden_states, self.highest + 1):
+            raise ValueError(f"expected {self.num_hidden_states} hidden states (or the first {self.highest + 1}), "
+                             f"got {len(hidden_states)}")
         if self.scalar_mix is not None:
             return self.scalar_mix(hidden_states)
         chosen = [hidden_states[i] for i in self.indices]

@@ -28,6 +28,7 @@ from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.distributed import Rows, concat_rows, gather_rows
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.finetune import build_optimizer
+from sesame.tasks.encoders.sparse_rows import clip_gradients, coalesced_gradients, has_sparse_gradients, total_gradient_norm
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
 
 if TYPE_CHECKING:
@@ -130,6 +131,10 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
                 yield name, param
 
     def configure_optimizers(self) -> dict[str, Any]:
+        if self.finetune.sparse_embeddings and (self.gradients_scaled() or self.trainer.world_size > 1):
+            raise ConfigError("finetune.sparse_embeddings=true trains on one device without fp16's loss scaling. "
+                              "Fix: finetune.sparse_embeddings=false, or trainer.precision=bf16-mixed / 32-true "
+                              "on one device")
         optimizer, scheduler = build_optimizer(
             self.encoder, self.head_named_parameters(), self.finetune, int(self.trainer.estimated_stepping_batches),
             allow_fused=not self.gradients_scaled(),
@@ -147,6 +152,10 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
         step; bf16 has no scaler, so they are already the true gradients. Without this, bf16 runs fell back to the
         per-tensor AdamW: on CPU its step cost a fixed 0.1-0.3 s more than the fused kernel's."""
         inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's LightningOptimizer wraps the torch one
+        if gradient_clip_val and has_sparse_gradients(inner):  # torch's clipping takes dense gradients only
+            clip_gradients((p for g in inner.param_groups for p in g["params"]), float(gradient_clip_val),
+                           gradient_clip_algorithm or "norm")
+            return
         if gradient_clip_val and not self.gradients_scaled() and getattr(inner, "_step_supports_amp_scaling", False):
             from lightning.pytorch.plugins.precision import Precision
             from lightning.pytorch.utilities import GradClipAlgorithmType
@@ -166,9 +175,9 @@ class EncoderTaskModule(EncoderTaskNetwork, L.LightningModule):
             rates.setdefault(f"lr_{group.get('name', f'group{index}')}", float(group["lr"]))
         for name, rate in rates.items():
             self.log(name, rate, on_step=True, on_epoch=False, batch_size=1)
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        grads = coalesced_gradients(p for group in optimizer.param_groups for p in group["params"])
         if grads:
-            norm = torch.nn.utils.get_total_norm(grads)  # what clipping measures (gradient_clip_val)
+            norm = total_gradient_norm(grads)  # what clipping measures (gradient_clip_val)
             self.log("grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable | None = None) -> None:

@@ -50,6 +50,10 @@ class EncoderTaskNetwork(nn.Module):
                 layers=fusion.layers, **({"combine": fusion.combine} if fusion.combine else {}),
             )
         self.feature_size = self.fusion.output_size
+        #: How many encoder layers a forward pass runs (None: all): those above the fusion's highest
+        #: read one are skipped under ``encoder.skip_unread_layers`` (the outputs are the same).
+        self.encoder_layers_run: int | None = (
+            self.encoder.layers_to_run(self.fusion.highest) if settings.encoder.skip_unread_layers else None)
         self.finetune = settings.finetune
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):
@@ -159,15 +163,18 @@ class EncoderTaskNetwork(nn.Module):
 
     # Features ---------------------------------------------------------------------------------------
     def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-        """The hidden states the fusion reads, each [B, T, H]: all of them, or only the last (a
-        1-tuple) for a fusion that reads nothing else; from the feature cache, None stands for each one
-        the fusion does not read (the entry may not hold it). No graph is kept for a frozen encoder."""
+        """The hidden states the fusion reads, each [B, T, H]: all of them (up to the highest the fusion
+        reads, when the layers above are skipped), or only the one read (a 1-tuple) for a fusion that
+        reads nothing else; from the feature cache, None stands for each one the fusion does not read
+        (the entry may not hold it). No graph is kept for a frozen encoder."""
         if self.feature_cache is not None:
             cached = self.feature_cache.lookup(batch)
             if cached is not None:
                 return cached
         with torch.set_grad_enabled(torch.is_grad_enabled() and (self.encoder_graph_always or not self.encoder_frozen)):
-            return self.encoder(**encoder_inputs(batch), all_layers=not self.fusion.reads_last_only)
+            top = self.encoder.num_hidden_states - 1 if self.encoder_layers_run is None else self.encoder_layers_run
+            return self.encoder(**encoder_inputs(batch), all_layers=self.fusion.indices != (top,),
+                                num_layers=self.encoder_layers_run)
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Fused per-token features [B, T, feature_size]."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,9 +158,11 @@ def check_tokenizer_fits(tokenizer: PreTrainedTokenizerFast, config: Any, name: 
 class Encoder(nn.Module):
     """A Hugging Face encoder that returns its hidden states.
 
-    ``forward(input_ids [B, T], attention_mask [B, T], token_type_ids [B, T] | None, all_layers=True)``
-    returns a tuple of ``num_hidden_states`` tensors [B, T, H]: index 0 is the embeddings output, index
-    -1 the last layer; with ``all_layers=False`` only the last layer, as a 1-tuple.
+    ``forward(input_ids [B, T], attention_mask [B, T], token_type_ids [B, T] | None, all_layers=True,
+    num_layers=None)`` returns a tuple of ``num_hidden_states`` tensors [B, T, H]: index 0 is the
+    embeddings output, index -1 the last layer; with ``all_layers=False`` only the last layer, as a
+    1-tuple. ``num_layers=k`` runs the embeddings and the first k layers only: ``k + 1`` hidden states
+    (or, with ``all_layers=False``, hidden state k alone), equal to those of the whole forward pass.
 
     ``family`` holds what the model does not say about itself (``tasks/encoders/families.py``);
     ``global_attention`` is which tokens attend globally where the family has global attention
@@ -192,6 +195,7 @@ class Encoder(nn.Module):
         # object takes (*args, **kwargs), which silently dropped BERT's segment ids.
         self.takes_token_types = takes_token_types(self.config, inspect.signature(self.model.forward).parameters)
         self.global_attention: str | None = "first"
+        self._stack: tuple[nn.Module, str, nn.ModuleList] | None = None  # (parent, attribute, stack), found once
 
     @classmethod
     def from_settings(cls, settings: EncoderSettings, name_or_path: str | None = None, load_weights: bool = True) -> Encoder:
@@ -240,9 +244,42 @@ class Encoder(nn.Module):
             raise shared_layers_error(self.config, setting, fix)
         return find_layer_stack(self.model, self.num_hidden_states - 1)[1]
 
+    def layers_to_run(self, highest_hidden_state: int) -> int | None:
+        """How many layers a forward pass must run for hidden states up to ``highest_hidden_state`` (0: the
+        embeddings only), or None for all of them: where nothing above is skipped, and in families whose
+        stack cannot stop early (:attr:`EncoderFamily.cannot_stop_early`)."""
+        num_layers = self.num_hidden_states - 1
+        run = highest_hidden_state if highest_hidden_state > 0 or self.family.runs_without_layers else 1
+        if run >= num_layers or self.family.cannot_stop_early:
+            return None
+        return run
+
+    def _layer_stack(self) -> tuple[nn.Module, str, nn.ModuleList]:
+        # Found again when the stack was replaced since (layers dropped, a model pruned in place).
+        if self._stack is None or self._stack[0]._modules.get(self._stack[1]) is not self._stack[2]:
+            name, stack = find_layer_stack(self.model, self.num_hidden_states - 1)
+            parent_name, _, attribute = name.rpartition(".")
+            self._stack = (self.model.get_submodule(parent_name), attribute, stack)
+        return self._stack
+
+    @contextmanager
+    def _stack_cut_to(self, num_layers: int | None) -> Iterator[None]:
+        """The model's layer stack holds only its first ``num_layers`` layers (None: all) while the block
+        runs: transformers' encoders loop over the stack, so the layers above never run. The module tree,
+        the state dict and the parameters stay whole (the layers are swapped back afterwards)."""
+        if num_layers is None:
+            yield
+            return
+        parent, attribute, stack = self._layer_stack()
+        parent._modules[attribute] = stack[:num_layers]
+        try:
+            yield
+        finally:
+            parent._modules[attribute] = stack
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-        all_layers: bool = True,
+        all_layers: bool = True, num_layers: int | None = None,
     ) -> tuple[torch.Tensor, ...]:
         kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.takes_token_types:
@@ -253,5 +290,10 @@ class Encoder(nn.Module):
                 kwargs["global_attention_mask"] = mask
         # Asking for every hidden state keeps all of them alive until the batch ends (no-grad passes
         # would free each one after the next layer): only when the fusion reads more than the last.
-        out = self.model(**kwargs, output_hidden_states=all_layers, return_dict=True)
-        return tuple(out.hidden_states) if all_layers else (out.last_hidden_state,)
+        with self._stack_cut_to(num_layers):
+            out = self.model(**kwargs, output_hidden_states=all_layers, return_dict=True)
+        if not all_layers or (num_layers == 0 and not out.hidden_states):
+            # transformers records hidden states at each layer's call: with none run, the embeddings
+            # output is the last hidden state alone.
+            return (out.last_hidden_state,)
+        return tuple(out.hidden_states)

@@ -20,6 +20,9 @@ class EncoderSettings(Settings):
     dtype: str | None  # null: the checkpoint's dtype
     attn_implementation: str | None
     init: str  # pretrained | random (the same architecture and tokenizer, freshly initialised)
+    #: Run only the layers up to the highest hidden state the fusion reads (``fusion=second_to_last``
+    #: runs L - 1 of L layers); the outputs are the same (``Encoder.layers_to_run``).
+    skip_unread_layers: bool = True
 
     def __post_init__(self) -> None:
         if self.init not in ENCODER_INITS:

@@ -59,12 +59,20 @@ class EncoderFamily:
     #: Where its layers keep the attention heads and feed-forward neurons structured pruning removes
     #: (``tasks/encoders/pruning.py``); None: the family cannot be pruned.
     pruning: PruneLayout | None = None
+    #: Why the family's layers above the highest hidden state a fusion reads cannot simply be left out
+    #: of the forward pass (``encoder.skip_unread_layers``), or None where they can: a stack that ends
+    #: in a norm of its own would apply it to a lower layer's output, and shared layers have no stack.
+    cannot_stop_early: str | None = None
+    #: Whether its forward pass works with no layer at all (``fusion=embeddings``); DeBERTa's encoder
+    #: reads the output of its last layer run, so it runs its first layer.
+    runs_without_layers: bool = True
 
     def __post_init__(self) -> None:
         if self.summary_token not in SUMMARY_TOKENS:  # pragma: no cover - a typo in FAMILIES
             raise ValueError(f"summary_token={self.summary_token!r}")
 
 
+_FINAL_NORM = "its stack ends in a norm applied after the last layer, which a shorter stack would apply to a lower layer"
 _NO_SUMMARY = "T5's encoder has no [CLS]-style summary token (its first token is the input's first word)"
 
 #: Every family that is not BERT-like in one of :class:`EncoderFamily`'s respects.
@@ -76,11 +84,15 @@ FAMILIES: dict[str, EncoderFamily] = {f.model_type: f for f in (
     EncoderFamily("roberta", pruning=BERT_LAYOUT),
     EncoderFamily("xlm-roberta", pruning=BERT_LAYOUT),
     EncoderFamily("electra", pruning=BERT_LAYOUT),
-    EncoderFamily("t5", summary_token=None),
-    EncoderFamily("mt5", summary_token=None),
-    EncoderFamily("umt5", summary_token=None),
+    EncoderFamily("t5", summary_token=None, cannot_stop_early=_FINAL_NORM),
+    EncoderFamily("mt5", summary_token=None, cannot_stop_early=_FINAL_NORM),
+    EncoderFamily("umt5", summary_token=None, cannot_stop_early=_FINAL_NORM),
+    EncoderFamily("modernbert", cannot_stop_early=_FINAL_NORM),
+    EncoderFamily("deberta", runs_without_layers=False),
+    EncoderFamily("deberta-v2", runs_without_layers=False),
     EncoderFamily("albert", shared_layers="ALBERT applies one shared set of layer weights at every depth, so it has "
-                                          "no separate module per layer"),
+                                          "no separate module per layer",
+                  cannot_stop_early="its layers share one set of weights, applied by depth count"),
     EncoderFamily("longformer", global_attention=True,
                   onnx_unsupported="Longformer's sliding-window attention reshapes its input into chunks whose number "
                                    "depends on the input's length, which neither ONNX exporter can trace with a dynamic "

@@ -23,6 +23,7 @@ from torch import nn
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.encoders.finetune_settings import FinetuneSettings
+from sesame.tasks.encoders.sparse_rows import SPARSE_ROWS, AdamWWithSparseRows
 
 
 #: LoRA target modules per ``config.model_type`` where peft's own table has none.
@@ -133,6 +134,20 @@ def parameter_groups(
     return [g for g in groups if g["params"]]
 
 
+def sparse_word_embeddings(encoder: nn.Module) -> nn.Parameter | None:
+    """Make the encoder's word embedding give sparse (row) gradients and return its weight [V, H]; None
+    where it does not train (finetune=frozen, top_k, bitfit, lora), which leaves nothing to make sparse."""
+    model = getattr(encoder, "model", encoder)
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if not isinstance(embedding, nn.Embedding):
+        raise ConfigError(f"finetune.sparse_embeddings=true: the encoder's input embedding is a "
+                          f"{type(embedding).__name__}, not an nn.Embedding. Fix: finetune.sparse_embeddings=false")
+    if not embedding.weight.requires_grad:
+        return None
+    embedding.sparse = True
+    return embedding.weight
+
+
 #: Devices whose parameters torch's fused AdamW kernel updates.
 FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")
 
@@ -145,8 +160,12 @@ def build_optimizer(
     ``allow_fused=False`` keeps the per-tensor kernel: under fp16's GradScaler Lightning refuses to clip the gradients
     of a fused optimiser, which unscales them itself (bf16 has no scaler: ``TaskModule.configure_gradient_clipping``)."""
     # Each group is named ("encoder" / "head"): the logs' learning rates are lr_encoder and lr_head.
-    groups = [{**g, "name": "encoder"} for g in parameter_groups(encoder.named_parameters(), settings.encoder_lr,
-                                                                 settings.weight_decay)]
+    sparse = sparse_word_embeddings(encoder) if settings.sparse_embeddings else None
+    named = [(n, p) for n, p in encoder.named_parameters() if p is not sparse]
+    groups = [{**g, "name": "encoder"} for g in parameter_groups(named, settings.encoder_lr, settings.weight_decay)]
+    if sparse is not None:  # decayed, as in the dense decay group
+        groups.append({"params": [sparse], "lr": settings.encoder_lr, "weight_decay": settings.weight_decay,
+                       "name": "encoder", SPARSE_ROWS: True})
     groups += [{**g, "name": "head"} for g in parameter_groups(head_named_parameters, settings.head_lr,
                                                                settings.weight_decay)]
     if not groups:
@@ -155,7 +174,8 @@ def build_optimizer(
     # from 0.44 s to 0.10 s (for-each), same arithmetic; it needs float tensors on a device that has it.
     params = [p for group in groups for p in group["params"]]
     fused = allow_fused and all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
-    optimizer = torch.optim.AdamW(groups, eps=settings.adam_epsilon, fused=fused or None)
+    adamw = AdamWWithSparseRows if sparse is not None else torch.optim.AdamW
+    optimizer = adamw(groups, eps=settings.adam_epsilon, fused=fused or None)
     # Imported here: transformers.optimization imports peft and the Trainer's utilities (0.4 s), which
     # loading a trained model (sesame-predict) never needs.
     from transformers import get_linear_schedule_with_warmup

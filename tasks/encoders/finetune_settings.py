@@ -22,6 +22,9 @@ class FinetuneSettings(Settings):
     weight_decay: float
     warmup_ratio: float
     adam_epsilon: float
+    #: Train the word embeddings row-sparsely: only the rows a batch reads get a gradient and an AdamW
+    #: update (``tasks/encoders/sparse_rows.py``; lazy for the rows it does not read).
+    sparse_embeddings: bool = False
     # finetune=lora only (conf/finetune/lora.yaml)
     lora_rank: int | None = None
     lora_alpha: float | None = None

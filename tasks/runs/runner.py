@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.core.atomic_files import torch_save_atomic, write_json_atomic, write_text_atomic
+from sesame.tasks.runs.precision import resolve_precision
 from sesame.tasks.runs.checkpoint_callbacks import (
     AtomicCheckpointIO,
     StopOnSigterm,
@@ -84,8 +85,11 @@ def build_trainer(
     ]
     if every_n_train_steps:
         callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
+    kwargs = trainer.trainer_kwargs()
+    if "precision" in kwargs:  # auto: bf16-mixed where the hardware has bf16 (tasks/runs/precision.py)
+        kwargs["precision"] = resolve_precision(kwargs["precision"], kwargs.get("accelerator", "auto"))
     return L.Trainer(
-        **trainer.trainer_kwargs(),
+        **kwargs,
         default_root_dir=str(run_dir),
         callbacks=callbacks,
         logger=build_loggers(logger, run_dir),

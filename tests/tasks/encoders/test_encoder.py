@@ -50,11 +50,14 @@ def test_the_last_layer_alone_equals_the_last_of_all_hidden_states(tiny_bert_dir
     torch.testing.assert_close(last, every[-1], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("fusion", "all_layers"), [("last", False), ("second_to_last", True), ("scalar_mix", True)])
-def test_modules_ask_for_every_hidden_state_only_when_the_fusion_reads_them(make_cfg, fusion, all_layers, monkeypatch):
+@pytest.mark.parametrize(("fusion", "skip", "all_layers"), [
+    ("last", "true", False), ("second_to_last", "false", True), ("scalar_mix", "true", True),
+    # the encoder stops at the layer read, which is then its last
+    ("second_to_last", "true", False), ("sum_last_4", "true", True)])
+def test_modules_ask_for_every_hidden_state_only_when_the_fusion_reads_them(make_cfg, fusion, skip, all_layers, monkeypatch):
     from sesame.tasks.saved.checkpoints import build_module
 
-    module = build_module(RunSettings.from_config(make_cfg(f"fusion={fusion}")))
+    module = build_module(RunSettings.from_config(make_cfg(f"fusion={fusion}", f"encoder.skip_unread_layers={skip}")))
     calls = []
     original = type(module.encoder.model).forward
 
@@ -87,3 +90,21 @@ def test_the_encoder_pooler_never_runs(make_cfg, pooling, tmp_path):
         torch.testing.assert_close(again.pooling.dense.weight, torch.load(
             tmp_path / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]["pooling.dense.weight"])
         assert metrics["val_accuracy"] is not None
+
+
+@pytest.mark.parametrize(("fusion", "skip", "run"), [("second_to_last", "true", 3), ("second_to_last", "false", None),
+                                                     ("embeddings", "true", 0), ("last", "true", None),
+                                                     ("scalar_mix", "true", None)])
+def test_skip_unread_layers_runs_the_layers_up_to_the_highest_read(make_cfg, fusion, skip, run):
+    """The tiny BERT has 4 layers: fusion=second_to_last reads hidden state 3, so layer 4 need not run; the
+    same logits either way (the family matrix checks every family: tests/families/test_skip_unread_layers.py)."""
+    from sesame.tasks.saved.checkpoints import build_module
+
+    module = build_module(RunSettings.from_config(make_cfg(f"fusion={fusion}", f"encoder.skip_unread_layers={skip}")),
+                          network_only=True).eval()
+    assert module.encoder_layers_run == run
+    batch = dict(load_tokenizer(module.settings.encoder.name_or_path)(["good film", "bad"], padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        got = module(batch)
+        module.encoder_layers_run = None
+        assert torch.equal(got, module(batch))
