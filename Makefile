@@ -15,7 +15,7 @@ $(BIN)/python:
 # The CPU build of torch first, so no dependency pulls a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test,plot,report,sweep,export,lora,tensorboard]"
+	$(BIN)/pip install --quiet -e ".[test,plot,report,sweep,ray,export,lora,tensorboard]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
+from sesame.tasks.cli.ray_sweep import register_launcher
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.cli.resolvers import register_resolvers
 
@@ -31,7 +32,7 @@ def _main(cfg: DictConfig) -> float | None:
     from sesame.tasks.base.run_settings import TaskSettings
     from sesame.tasks.encoders.store import SHARED_ENCODERS
     from sesame.tasks.core.known_noise import library_progress_bars_off, lightning_lines_once
-    from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start
+    from sesame.tasks.runs.run_lock import no_folder_left_by_a_failed_start, resumes_this_run, sweep_job_start
     from sesame.tasks.runs.runner import train
 
     lightning_lines_once()
@@ -41,6 +42,15 @@ def _main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoders/store.py).
     shared = Path(hydra_cfg.sweep.dir) / SHARED_ENCODERS if hydra_cfg.mode == RunMode.MULTIRUN else None
+    if shared is not None and resumes_this_run(cfg.get("resume")):
+        # A sweep rerun into its folder with resume=true finishes it: finished jobs are skipped, the others resume.
+        start = sweep_job_start(cfg.resume, Path(run_dir))
+        if start == "finished":
+            print(f"job {hydra_cfg.job.num}: finished before ({Path(run_dir) / 'metrics.json'}); skipped")
+            with user_errors_are_messages():
+                return finished_metrics(Path(run_dir)).get(TaskSettings.from_config(cfg.task).main_metric)
+        if start == "fresh":
+            cfg.resume = None  # resume=true for a job that never started: it starts
     # a sweep job's folder stays, failed or not: the sweep's report lists every job
     cleanup = no_folder_left_by_a_failed_start(run_dir) if shared is None else contextlib.nullcontext()
     with user_errors_are_messages(), cleanup:
@@ -51,8 +61,19 @@ def _main(cfg: DictConfig) -> float | None:
     return metrics.get(TaskSettings.from_config(cfg.task).main_metric)
 
 
+def finished_metrics(run_dir: Path) -> dict:
+    """A finished job's ``metrics.json`` (empty if it cannot be read: the job's return value is then None)."""
+    import json
+
+    try:
+        return json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def main() -> None:
     adjust_argv()  # a DDP rank > 0 of a sweep job follows rank 0's sweep (tasks/cli/ddp_sweeps.py)
+    register_launcher()  # hydra/launcher=ray (tasks/cli/ray_sweep.py)
     _main()
 
 
