@@ -80,6 +80,9 @@ def register_launcher() -> None:
 
 
 def import_ray() -> Any:
+    # Ray folds lines that several workers print alike into one ("[repeated 2x across cluster]"): each job's own
+    # lines (its metrics, a skipped job's note) are shown as printed, unless the user set it.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
         import ray
     except ImportError:

@@ -246,7 +246,10 @@ def missing_jobs(sweep_dir: str | Path) -> list[MissingJob]:
         jobs = [(f.name, yaml.safe_load((f / ".hydra" / "overrides.yaml").read_text()) or []) for f in folders]
     else:
         jobs = [(str(n), overrides) for n, overrides in enumerate(expected)]
-    labels = variant_labels([overrides for _, overrides in jobs]) if jobs else []
+    # what tells each job apart, its seed included (variant labels leave seeds out)
+    shared = set.intersection(*(set(o) for _, o in jobs)) if len(jobs) > 1 else set()
+    labels = [" ".join(o for o in overrides if o not in shared and not o.startswith("hydra.")) or "(defaults)"
+              for _, overrides in jobs]
     missing = []
     for (name, _), label in zip(jobs, labels):
         folder = sweep_dir / name
