@@ -126,6 +126,20 @@ def connect(ray: Any, settings: RaySettings) -> bool:
     return True
 
 
+def refuse_multi_process_job(sweep_config: DictConfig, number: int) -> None:
+    """A Ray task is one process: Lightning's DDP starts its other ranks by running the command line again,
+    which in a Ray worker is Ray's own, so a job asking for several processes is refused before any starts."""
+    trainer = sweep_config.get("trainer") or {}
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    several = (isinstance(devices, int) and devices > 1) or (isinstance(devices, (list, tuple)) and len(devices) > 1) \
+        or str(devices) == "-1" or (isinstance(nodes, int) and nodes > 1) or "ddp" in str(trainer.get("strategy", ""))
+    if several:
+        raise ConfigError(f"job {number}: trainer.devices={devices}, trainer.num_nodes={nodes}, trainer.strategy="
+                          f"{trainer.get('strategy')}: hydra/launcher=ray runs each job as one process, and DDP starts "
+                          "its other processes from the command line. Fix: one device per job (trainer.devices=1), "
+                          "or hydra/launcher=slurm for DDP jobs")
+
+
 # --- in the Ray task ---------------------------------------------------------------------------------------
 
 
@@ -236,18 +250,34 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     """Every job of ``job_overrides`` as a Ray task, at once; their ``JobReturn`` s in order once all have ended.
     A job that did not finish is listed with the command that finishes the sweep, and the sweep ends with
     exit code 1 (after the sweep's callbacks, its summary among them, have run)."""
-    from hydra.core.singleton import Singleton
-    from hydra.core.utils import configure_log, filter_overrides, setup_globals
+    from hydra.core.utils import configure_log, setup_globals
 
     from sesame.tasks.cli.errors import user_errors_are_messages
 
     config, context = launcher.config, launcher.hydra_context
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
-    with user_errors_are_messages():
+    configs = [context.config_loader.load_sweep_config(config, list(overrides)) for overrides in job_overrides]
+    with user_errors_are_messages():  # every setting is checked before a Ray starts or is joined
         settings = RaySettings.from_kwargs(launcher.ray_kwargs)
+        for number, sweep_config in enumerate(configs, initial_job_idx):
+            refuse_multi_process_job(sweep_config, number)
         ray = import_ray()
         started = connect(ray, settings)
+    try:
+        return run_on_ray(ray, launcher, settings, configs, job_overrides, initial_job_idx)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_on_ray(ray: Any, launcher: Any, settings: RaySettings, configs: list[DictConfig],
+               job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
+    """The jobs (``configs``, Hydra's composed config of each) submitted at once, then awaited in order."""
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import filter_overrides
+
+    config, context = launcher.config, launcher.hydra_context
     sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     log.info("Ray launcher: %d jobs on %s, sweep folder %s", len(job_overrides), settings.address or "a local Ray",
@@ -258,9 +288,8 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     launch_id = uuid.uuid4().hex[:12]
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     futures = []
-    for number, overrides in enumerate(job_overrides, initial_job_idx):
+    for (number, overrides), sweep_config in zip(enumerate(job_overrides, initial_job_idx), configs):
         log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
-        sweep_config = context.config_loader.load_sweep_config(config, list(overrides))
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = f"ray_{launch_id}_{number}"
             sweep_config.hydra.job.num = number
@@ -275,8 +304,6 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
             reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
             outcomes.append(Outcome(number, list(overrides), None,
                                     f"lost by Ray after {settings.max_retries} retries ({type(err).__name__}: {reason})"))
-    if started:
-        ray.shutdown()
     failed = [o for o in outcomes if o.failure is not None]
     if failed:
         end_with_failures(launcher, failed, len(outcomes), sweep_dir)

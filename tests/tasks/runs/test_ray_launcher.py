@@ -184,3 +184,52 @@ def test_launcher_settings_are_checked():
         RaySettings.from_kwargs({"cpus": 2})
     with pytest.raises(ConfigError, match="max_retries"):
         RaySettings.from_kwargs({"max_retries": -1})
+
+
+def test_a_job_asking_for_ddp_is_refused_before_ray_starts():
+    from omegaconf import OmegaConf
+
+    from sesame.tasks.cli.ray_sweep import refuse_multi_process_job
+
+    refuse_multi_process_job(OmegaConf.create({"trainer": {"devices": 1, "num_nodes": 1, "strategy": "auto"}}), 0)
+    for trainer in ({"devices": 2}, {"num_nodes": 2}, {"strategy": "ddp"}):
+        with pytest.raises(ConfigError, match="job 3: .*runs each job as one process"):
+            refuse_multi_process_job(OmegaConf.create({"trainer": {"devices": 1, "num_nodes": 1, **trainer}}), 3)
+
+
+def test_a_retry_takes_over_only_the_lock_of_a_lost_attempt_of_its_job(tmp_path):
+    """Ray runs a job again only once its attempt's worker or node is gone, so that attempt's lock is stale even
+    when it names another machine, which the lock cannot check; any other holder's lock stays."""
+    from sesame.tasks.cli.ray_sweep import _drop_lock_of_a_lost_attempt
+    from sesame.tasks.runs.run_lock import LOCK_NAME
+
+    lost = {"launch": "a", "attempt": 0, "node_id": "n1", "host": "other-machine", "pid": 4242}
+    lock = tmp_path / LOCK_NAME
+    lock.write_text(json.dumps({"pid": 999, "host": "other-machine"}))
+    _drop_lock_of_a_lost_attempt(tmp_path, [lost])
+    assert lock.exists()  # a run this job did not start
+    lock.write_text(json.dumps({"pid": 4242, "host": "other-machine"}))
+    _drop_lock_of_a_lost_attempt(tmp_path, [lost])
+    assert not lock.exists()
+
+
+def test_jobs_that_did_not_finish_are_listed_with_the_finishing_command_and_exit_1(tmp_path, capsys):
+    """The sweep's callbacks (its summary) run first; then a line per unfinished job, the command, exit 1."""
+    from types import SimpleNamespace
+
+    from sesame.tasks.cli.ray_sweep import Outcome, end_with_failures
+
+    ended = []
+    launcher = SimpleNamespace(config="cfg", hydra_context=SimpleNamespace(
+        callbacks=SimpleNamespace(on_multirun_end=lambda config: ended.append(config))))
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    hydra: [hydra/launcher=ray, hydra.mode=MULTIRUN, hydra.sweep.dir=x]\n"
+        "    task: ['seed=1,2', data=sst2]\n")
+    lost = Outcome(1, ["seed=2", "data=sst2"], None, "lost by Ray after 0 retries (NodeDiedError: ...)")
+    with pytest.raises(SystemExit) as stop:
+        end_with_failures(launcher, [lost], 2, tmp_path)
+    assert stop.value.code == 1 and ended == ["cfg"]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "job 1 (seed=2 data=sst2) did not finish: lost by Ray after 0 retries (NodeDiedError: ...)"
+    assert lines[1].startswith("error: 1 of 2 jobs of the sweep did not finish") and lines[1].endswith(
+        f"sesame-train --multirun hydra/launcher=ray seed=1,2 data=sst2 resume=true hydra.sweep.dir={tmp_path}")
