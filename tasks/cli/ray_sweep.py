@@ -16,7 +16,6 @@ exits 1; the sweep summary lists it as missing.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -31,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sesame.tasks.core.atomic_files import write_json_atomic
 from sesame.tasks.core.errors import ConfigError
+from sesame.tasks.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -42,30 +42,26 @@ FORWARDED_ENV = ("SESAME_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "MPLBACKEND")
 
 
 @dataclass(frozen=True)
-class RaySettings:
-    """``hydra.launcher`` of ``conf/hydra/launcher/ray.yaml``."""
+class RaySettings(Settings):
+    """``hydra.launcher`` of ``conf/hydra/launcher/ray.yaml`` (its defaults are there)."""
 
-    address: str | None = None  # None: a Ray started for this sweep on this machine; "auto", "host:port", "ray://..."
-    num_cpus: float = 1  # per job
-    num_gpus: float = 0  # per job
-    torch_threads: int = 1  # per job: torch.set_num_threads
-    max_retries: int = 3  # per job, for a worker or node that died (not for the job's own errors)
-    local_object_store_mb: int = 100  # object store of a Ray started for this sweep (jobs pass only their configs)
+    group = "hydra.launcher"
+    address: str | None  # None: a Ray started for this sweep on this machine; "auto", "host:port", "ray://..."
+    num_cpus: float  # per job
+    num_gpus: float  # per job
+    torch_threads: float  # per job: torch.set_num_threads (a fractional CPU still runs one thread)
+    max_retries: int  # per job, for a worker or node that died (not for the job's own errors)
+    local_object_store_mb: int  # object store of a Ray started for this sweep (jobs pass only their configs)
 
-    @classmethod
-    def from_kwargs(cls, kwargs: dict[str, Any]) -> RaySettings:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise ConfigError(f"hydra.launcher: unknown key(s) {unknown} for hydra/launcher=ray; it has {sorted(known)}")
-        settings = cls(**kwargs)
-        # torch_threads follows num_cpus (ray.yaml): a fractional CPU still runs one thread
-        settings = dataclasses.replace(settings, torch_threads=max(1, int(settings.torch_threads)))
-        if settings.num_cpus <= 0 or settings.torch_threads < 1 or settings.max_retries < 0 or settings.num_gpus < 0:
-            raise ConfigError(f"hydra.launcher (ray): num_cpus > 0, num_gpus >= 0, torch_threads >= 1 and max_retries "
-                              f">= 0 are needed; got num_cpus={settings.num_cpus}, num_gpus={settings.num_gpus}, "
-                              f"torch_threads={settings.torch_threads}, max_retries={settings.max_retries}")
-        return settings
+    def __post_init__(self) -> None:
+        if self.num_cpus <= 0 or self.torch_threads <= 0 or self.max_retries < 0 or self.num_gpus < 0:
+            raise ConfigError(f"hydra.launcher (ray): num_cpus > 0, num_gpus >= 0, torch_threads > 0 and max_retries "
+                              f">= 0 are needed; got num_cpus={self.num_cpus}, num_gpus={self.num_gpus}, "
+                              f"torch_threads={self.torch_threads}, max_retries={self.max_retries}")
+
+    @property
+    def threads(self) -> int:
+        return max(1, int(self.torch_threads))
 
 
 def register_launcher() -> None:
@@ -189,6 +185,8 @@ def run_sweep_job(hydra_context: Any, task_function: Any, sweep_config: DictConf
     from hydra.core.singleton import Singleton
     from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 
+    from sesame.tasks.runs.run_lock import resume_asked
+
     os.environ.update(env)
     Singleton.set_state(singleton_state)
     setup_globals()
@@ -206,8 +204,9 @@ def run_sweep_job(hydra_context: Any, task_function: Any, sweep_config: DictConf
     write_json_atomic(job_dir / ATTEMPTS_FILE, attempts)
     if earlier:
         _drop_lock_of_a_lost_attempt(job_dir, earlier)
-        with open_dict(sweep_config):
-            sweep_config.resume = True  # continue from the lost attempt's last.ckpt (or start over without one)
+        if not resume_asked(sweep_config.get("resume")):  # a resume the job was given stays as given
+            with open_dict(sweep_config):
+                sweep_config.resume = True  # continue from the lost attempt's last.ckpt (or start over without one)
         print(f"job {sweep_config.hydra.job.num}: attempt {len(earlier) + 1} on node {node}, resuming", file=sys.stderr)
     try:
         return run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
@@ -259,7 +258,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     configs = [context.config_loader.load_sweep_config(config, list(overrides)) for overrides in job_overrides]
     with user_errors_are_messages():  # every setting is checked before a Ray starts or is joined
-        settings = RaySettings.from_kwargs(launcher.ray_kwargs)
+        settings = RaySettings.from_config(launcher.ray_kwargs)
         for number, sweep_config in enumerate(configs, initial_job_idx):
             refuse_multi_process_job(sweep_config, number)
         ray = import_ray()
@@ -295,7 +294,7 @@ def run_on_ray(ray: Any, launcher: Any, settings: RaySettings, configs: list[Dic
             sweep_config.hydra.job.num = number
             sweep_config.hydra.sweep.dir = str(sweep_dir)  # the same folder whatever a node's working folder
         futures.append(job.remote(shared["context"], launcher.task_function, sweep_config, shared["state"],
-                                  launch_id, env, settings.torch_threads))
+                                  launch_id, env, settings.threads))
     outcomes = []
     for (number, overrides), future in zip(enumerate(job_overrides, initial_job_idx), futures):
         try:

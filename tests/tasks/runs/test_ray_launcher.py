@@ -181,11 +181,23 @@ def test_an_unreachable_cluster_is_one_error_line_and_exit_2(tmp_path):
 
 
 def test_launcher_settings_are_checked():
-    assert RaySettings.from_kwargs({"num_cpus": 0.5, "torch_threads": 0.5}).torch_threads == 1
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['cpus'\]"):
-        RaySettings.from_kwargs({"cpus": 2})
+    """conf/hydra/launcher/ray.yaml as Hydra hands it to the launcher (its keys but _target_), then changed."""
+    from importlib.resources import files
+
+    from omegaconf import OmegaConf
+
+    shipped = OmegaConf.create(files("sesame.conf").joinpath("hydra/launcher/ray.yaml").read_text())
+    shipped.pop("_target_")
+
+    def settings(**changes) -> RaySettings:
+        return RaySettings.from_config(OmegaConf.merge(shipped, changes))
+
+    assert settings().threads == 1 and settings(num_cpus=4).threads == 4  # torch_threads follows num_cpus
+    assert settings(num_cpus=0.5).threads == 1  # a fractional CPU: one thread
+    with pytest.raises(ConfigError, match="unknown setting hydra.launcher.cpus"):
+        settings(cpus=2)
     with pytest.raises(ConfigError, match="max_retries"):
-        RaySettings.from_kwargs({"max_retries": -1})
+        settings(max_retries=-1)
 
 
 def test_a_job_asking_for_ddp_is_refused_before_ray_starts():
