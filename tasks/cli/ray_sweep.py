@@ -229,7 +229,7 @@ class JobFailed(Exception):
 @dataclass
 class Outcome:
     number: int
-    overrides: list[str]
+    overrides: list[str]  # those that tell the job apart
     ret: Any | None  # Hydra's JobReturn; None for a job Ray lost
     lost: str = ""  # why Ray gave the job up
 
@@ -295,13 +295,16 @@ def run_on_ray(ray: Any, launcher: Any, settings: RaySettings, configs: list[Dic
             sweep_config.hydra.sweep.dir = str(sweep_dir)  # the same folder whatever a node's working folder
         futures.append(job.remote(shared["context"], launcher.task_function, sweep_config, shared["state"],
                                   launch_id, env, settings.threads))
+    # a job is named by what tells it apart from the others (seed=2), not by every override of the sweep
+    shared = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     outcomes = []
     for (number, overrides), future in zip(enumerate(job_overrides, initial_job_idx), futures):
+        label = [o for o in overrides if o not in shared]
         try:
-            outcomes.append(Outcome(number, list(overrides), ray.get(future)))
+            outcomes.append(Outcome(number, label, ray.get(future)))
         except ray.exceptions.RayError as err:
-            reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
-            outcomes.append(Outcome(number, list(overrides), None,
+            reason = str(err).strip().splitlines()[0].split(". ")[0][:200] if str(err).strip() else ""
+            outcomes.append(Outcome(number, label, None,
                                     f"lost by Ray after {settings.max_retries} retries ({type(err).__name__}: {reason})"))
     failed = [o for o in outcomes if o.failure is not None]
     if failed:
