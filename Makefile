@@ -15,7 +15,7 @@ $(BIN)/python:
 # The CPU build of torch first, so no dependency pulls a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test,plot,report,sweep,export,lora,tensorboard]"
+	$(BIN)/pip install --quiet -e ".[test,plot,report,sweep,ray,export,lora,tensorboard]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -24,9 +24,10 @@ run: install
 	$(OFFLINE) $(BIN)/sesame-train $(ARGS)
 
 # -n auto: one worker per core (tests are single-threaded and keep to their own tmp folders); the 15 slowest
-# tests are listed at the end.
+# tests are listed at the end. --dist loadgroup: the tests marked xdist_group("<name>") run on one worker, so a
+# module fixture they share (the Ray cluster of tests/tasks/runs/test_ray_launcher.py) is made once.
 test: install
-	$(OFFLINE) $(BIN)/python -m pytest -q -n auto --durations=15 $(ARGS)
+	$(OFFLINE) $(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=15 $(ARGS)
 
 # The documentation site at http://127.0.0.1:8000, rebuilt on every edit.
 docs: install

@@ -9,9 +9,14 @@ from setuptools import find_namespace_packages, setup
 CODE = ("heads", "tasks")  # every folder below is a package (the QA evaluate-metric scripts too)
 DATA = ("conf", "data")  # one package each; their files ship as package data (pyproject.toml)
 
+#: The Hydra launcher plugin behind ``hydra/launcher=ray``: Hydra finds launchers only in the ``hydra_plugins``
+#: namespace package (a thin class there; the work is ``tasks/cli/ray_sweep.py``).
+PLUGINS = ("hydra_plugins.sesame_ray_launcher",)
+
 setup(
-    package_dir={f"sesame.{top}": top for top in CODE + DATA},
+    package_dir={**{f"sesame.{top}": top for top in CODE + DATA}, **{p: p.replace(".", "/") for p in PLUGINS}},
     packages=[
+        *PLUGINS,
         *(f"sesame.{top}" for top in DATA),
         *(f"sesame.{name}" for name in find_namespace_packages(include=[p for t in CODE for p in (t, f"{t}.*")])
           if "__pycache__" not in name),

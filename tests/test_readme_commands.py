@@ -55,7 +55,8 @@ DATA_DIR_MARK = "/sesame-data-dir"  # $SESAME_DATA_DIR while composing: files un
 NEEDS = re.compile(r"^needs\s+\S")
 HYDRA_CONFIGS = {"sesame-train": "config", "sesame-eval": "eval"}
 #: Programs a marked command may start with although no dry parse exists for them, and why.
-UNPARSED = {"tensorboard": "a server that runs until Ctrl-C; not sesame's"}
+UNPARSED = {"tensorboard": "a server that runs until Ctrl-C; not sesame's",
+            "ray": "starts a node of a Ray cluster (hydra/launcher=ray); not sesame's"}
 #: Arguments appended to a benchmark run: the tiny encoder, one task, sesame against the reference only.
 SCRIPT_LIMITS = {"benchmarks/train_speed.py": ["--tasks", "sst2", "--arms", "sesame", "--encoder", "{tiny}"]}
 #: Appended to sesame-train where the command does not set the key itself.

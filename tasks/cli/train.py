@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
+from sesame.tasks.cli.ray_sweep import register_launcher
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.cli.resolvers import register_resolvers
 from sesame.tasks.base.run_settings import RunSettings
@@ -43,10 +44,20 @@ def _main(cfg: DictConfig) -> float | None:
         from sesame.tasks.encoders.store import SHARED_ENCODERS
         from sesame.tasks.runs.runner import train
 
+        from sesame.tasks.runs.run_lock import resumes_this_run, sweep_job_start
+
         lightning_lines_once()
         library_progress_bars_off()
         # A sweep's jobs store their frozen encoder weights once, in <sweep>/.encoders (tasks/encoders/store.py).
         shared = Path(hydra_cfg.sweep.dir) / SHARED_ENCODERS if sweep else None
+        if sweep and resumes_this_run(settings.resume):
+            # A sweep rerun into its folder with resume=true finishes it: finished jobs are skipped, the others resume.
+            start = sweep_job_start(settings.resume, Path(run_dir))
+            if start == "finished":
+                print(f"job {hydra_cfg.job.num}: finished before ({Path(run_dir) / 'metrics.json'}); skipped")
+                return finished_metrics(Path(run_dir)).get(settings.task.main_metric)
+            if start == "fresh":
+                settings = settings.updated({"resume": None})  # resume=true for a job that never started: it starts
         metrics = train(settings, run_dir, shared_encoders=shared)
     if is_main_process():
         print(f"run folder: {run_dir}")
@@ -54,8 +65,19 @@ def _main(cfg: DictConfig) -> float | None:
     return metrics.get(settings.task.main_metric)
 
 
+def finished_metrics(run_dir: Path) -> dict:
+    """A finished job's ``metrics.json`` (empty if it cannot be read: the job's return value is then None)."""
+    import json
+
+    try:
+        return json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def main() -> None:
     adjust_argv()  # a DDP rank > 0 of a sweep job follows rank 0's sweep (tasks/cli/ddp_sweeps.py)
+    register_launcher()  # hydra/launcher=ray (tasks/cli/ray_sweep.py)
     _main()
 
 

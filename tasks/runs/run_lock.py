@@ -110,7 +110,7 @@ def resolve_resume(resume: Any, run_dir: Path) -> str | None:
     """``resume=true`` -> this run folder's last checkpoint; a folder -> its last checkpoint; a file -> it."""
     if not resume_asked(resume):
         return None
-    this_run = resume is True or str(resume).lower() == "true"
+    this_run = resumes_this_run(resume)
     folder = run_dir if this_run else Path(str(resume))
     if this_run and (run_dir / "config.yaml").is_file() and not (run_dir / "checkpoints" / "last.ckpt").is_file():
         # A run here was killed before its first checkpoint: it has nothing to lose, so start it over.
@@ -130,6 +130,25 @@ def resolve_resume(resume: Any, run_dir: Path) -> str | None:
             f"run from these weights with init_from={found}"
         )
     return str(found)
+
+
+def resumes_this_run(resume: Any) -> bool:
+    """Whether ``resume`` is ``true`` (continue the run in this folder), not a folder or a checkpoint file."""
+    return resume is True or str(resume).lower() == "true"
+
+
+def sweep_job_start(resume: Any, run_dir: Path) -> str:
+    """How a ``--multirun`` job with ``resume=true`` starts, so rerunning a sweep into its folder finishes it:
+    ``"finished"`` (its ``metrics.json`` is there: skip it), ``"resume"`` (a run there left a checkpoint or its
+    config: :func:`resolve_resume` continues it, or restarts one killed before its first checkpoint) or
+    ``"fresh"`` (the job never started, or ``resume`` is not ``true``: train it as set)."""
+    if not resumes_this_run(resume):
+        return "fresh"
+    if (run_dir / "metrics.json").is_file():
+        return "finished"
+    if (run_dir / "config.yaml").is_file() or any((run_dir / name).is_file() for name in EARLIER_RUN):
+        return "resume"
+    return "fresh"
 
 
 def refuse_earlier_run(settings: RunSettings, run_dir: Path) -> None:

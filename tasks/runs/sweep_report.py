@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,12 @@ from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.runs.significance import ASO_THRESHOLD, t_interval
 from sesame.tasks.runs.sweep_comparisons import Comparisons, Outcome, check_options, compare, pick_baseline
 
-IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.", "logger")
+#: Overrides that tell no variant apart: the seed, how a run shows or logs its progress, and how it was started
+#: (``resume=true`` of the jobs that finished a sweep rerun into its folder).
+IGNORED_OVERRIDES = ("seed", "trainer.enable_progress_bar", "hydra.", "logger", "resume", "overwrite")
+#: What Hydra writes into a sweep folder when the sweep starts: the composed config and the command's overrides.
+SWEEP_RECORD = "multirun.yaml"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 @dataclass
@@ -196,6 +202,94 @@ def shared_overrides(jobs: list[tuple[Path, list[str], dict[str, float]]]) -> li
     return sorted(set.intersection(*(set(o) for _, o, _ in jobs))) if len(jobs) > 1 else []
 
 
+def expected_jobs(sweep_dir: str | Path) -> list[list[str]] | None:
+    """Every job's overrides in job order, as Hydra's basic sweeper expands the command recorded in the sweep's
+    ``multirun.yaml`` (its ``hydra.sweeper.params`` and the command's overrides). None where that cannot be
+    known: no record, another sweeper (Optuna picks its trials as it goes), or job folders not named by number."""
+    record = Path(sweep_dir) / SWEEP_RECORD
+    try:
+        hydra_cfg = (yaml.safe_load(record.read_text()) or {}).get("hydra") or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    sweeper = hydra_cfg.get("sweeper") or {}
+    if sweeper.get("_target_") != BASIC_SWEEPER or (hydra_cfg.get("sweep") or {}).get("subdir") != "${hydra.job.num}":
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    arguments = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+    arguments += list((hydra_cfg.get("overrides") or {}).get("task") or [])
+    try:
+        parsed = OverridesParser.create().parse_overrides(arguments)
+        return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    except (HydraException, ValueError):  # e.g. a glob(), which needs the config's groups to expand
+        return None
+
+
+@dataclass(frozen=True)
+class MissingJob:
+    """A job of the sweep without ``metrics.json``: its number, what tells it apart, and how far it got."""
+
+    number: str
+    label: str
+    state: str
+
+
+def missing_jobs(sweep_dir: str | Path) -> list[MissingJob]:
+    """The jobs of a sweep that did not finish: every job the sweep's command made (:func:`expected_jobs`) that
+    has no ``metrics.json``, or where the command's jobs cannot be known, every job folder without one."""
+    sweep_dir = Path(sweep_dir)
+    expected = expected_jobs(sweep_dir)
+    if expected is None:
+        folders = sorted((f.parent.parent for f in sweep_dir.glob("*/.hydra/overrides.yaml")), key=_job_order)
+        jobs = [(f.name, yaml.safe_load((f / ".hydra" / "overrides.yaml").read_text()) or []) for f in folders]
+    else:
+        jobs = [(str(n), overrides) for n, overrides in enumerate(expected)]
+    # what tells each job apart, its seed included (variant labels leave seeds out)
+    shared = set.intersection(*(set(o) for _, o in jobs)) if len(jobs) > 1 else set()
+    labels = [" ".join(o for o in overrides if o not in shared and not o.startswith("hydra.")) or "(defaults)"
+              for _, overrides in jobs]
+    missing = []
+    for (name, _), label in zip(jobs, labels):
+        folder = sweep_dir / name
+        if (folder / "metrics.json").is_file():
+            continue
+        started = folder.is_dir() and any(folder.iterdir())
+        missing.append(MissingJob(name, label, "started, did not finish (failed, lost, or still running)" if started
+                                  else "never started"))
+    return missing
+
+
+def finish_command(sweep_dir: str | Path) -> str | None:
+    """The command that finishes a sweep in its folder: the sweep's own command (its ``multirun.yaml``) with
+    ``resume=true hydra.sweep.dir=<sweep>``, which skips the finished jobs and resumes or starts the others.
+    None without the record."""
+    sweep_dir = Path(sweep_dir).absolute()
+    try:
+        overrides = ((yaml.safe_load((sweep_dir / SWEEP_RECORD).read_text()) or {}).get("hydra") or {}).get("overrides") or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    dropped = ("resume=", "overwrite=", "hydra.sweep.dir=", "hydra.mode=", "hydra.run.dir=")
+    kept = [o for o in [*(overrides.get("hydra") or []), *(overrides.get("task") or [])] if not o.startswith(dropped)]
+    return " ".join(["sesame-train --multirun", *(shlex.quote(o) for o in kept), "resume=true",
+                     shlex.quote(f"hydra.sweep.dir={sweep_dir}")])
+
+
+def missing_section(sweep_dir: str | Path) -> str:
+    """The lines under a sweep's table naming each job without results and the command that finishes them; ""
+    when every job finished."""
+    missing = missing_jobs(sweep_dir)
+    if not missing:
+        return ""
+    lines = [f"Missing: {len(missing)} job{'s' if len(missing) > 1 else ''} without metrics.json, not in the table:"]
+    lines += [f"- job {m.number} ({m.label}): {m.state}" for m in missing]
+    command = finish_command(sweep_dir)
+    if command:
+        lines.append(f"Finish the sweep (finished jobs are skipped): `{command}`")
+    return "\n".join(lines) + "\n"
+
+
 def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, metric: str | None = None,
                        title: str | None = None, baseline: list[str] | None = None, alpha: float = 0.05,
                        resamples: int = 1000, seed: int = 0, seed_test: str = "permutation") -> tuple[str, list[Path]]:
@@ -216,6 +310,8 @@ def write_table_report(sweep_dir: str | Path, out: str | Path | None = None, met
     base, chosen_by = pick_baseline(rows, baseline, shared_overrides(jobs))
     comparisons = compare(sweep_dir, rows, base, chosen_by, metric, alpha, resamples, seed, seed_test) if len(rows) > 1 else None
     table = markdown_table(rows, metric, comparisons)
+    gaps = missing_section(sweep_dir)
+    table += "\n" + gaps if gaps else ""
     written = [write_text_atomic(out / "report.md", table),
                write_text_atomic(out / "report.csv", csv_table(rows, metric, comparisons))]
     chart = bar_chart(rows, metric, out / "report.png", title=title)

@@ -101,3 +101,17 @@ def test_resuming_from_best_ckpt_says_it_holds_weights_only_and_what_to_use(make
     # the fix it names works: a new run from those weights
     assert "val_accuracy" in train(RunSettings.from_config(make_cfg(*TINY, f"init_from={best}")), tmp_path / "from_best")
 
+
+
+def test_a_sweep_job_with_resume_true_is_skipped_resumed_or_started_by_what_its_folder_holds(tmp_path):
+    from sesame.tasks.runs.run_lock import sweep_job_start
+
+    job = tmp_path / "0"
+    assert sweep_job_start(True, job) == "fresh"  # never started: no folder
+    job.mkdir()
+    assert sweep_job_start("true", job) == "fresh"
+    (job / "config.yaml").write_text("seed: 1\n")
+    assert sweep_job_start(True, job) == "resume"  # started: resolve_resume continues or restarts it
+    (job / "metrics.json").write_text("{}")
+    assert sweep_job_start(True, job) == "finished"
+    assert sweep_job_start(None, job) == sweep_job_start(str(job), job) == "fresh"  # not resume=true: as set
