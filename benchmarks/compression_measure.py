@@ -31,8 +31,6 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
     """Validation metrics through sesame-eval's own path (written to <out>/<task>/eval_<name>); an onnxruntime
     variant's outputs are its graph's (``runner``, an ``OnnxRunner``), put in place of the module's forward,
     so its predictions are decoded and scored by the same code as every other variant's."""
-    from omegaconf import OmegaConf
-
     from sesame.tasks.runs import evaluation
     from sesame.tasks.saved.int8 import QUANTIZED_TRAINER
 
@@ -47,12 +45,12 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
         return evaluation.evaluate(RunSettings.from_config(cfg), folder)
     real = evaluation.load_for_evaluation
 
-    def onnx_outputs(eval_cfg: Any, overrides: Any = ()) -> tuple[Any, Any]:
-        module, data_cfg = real(eval_cfg, overrides)
+    def onnx_outputs(eval_settings: Any, overrides: Any = ()) -> tuple[Any, Any]:
+        module, data_settings = real(eval_settings, overrides)
         module.forward = runner  # the module's evaluation path, its outputs from onnxruntime (on CPU)
         # onnxruntime's CPU arena keeps its largest allocation: at the task's evaluation batch (SQuAD: 128 windows
         # of 384 tokens) one pruned graph's scoring grew to 10 GB and was killed; small batches keep it near 1 GB
-        return module, OmegaConf.merge(data_cfg, {"trainer": QUANTIZED_TRAINER, "data": {"eval_batch_size": ONNX_EVAL_BATCH}})
+        return module, data_settings.updated({"trainer": QUANTIZED_TRAINER, "data": {"eval_batch_size": ONNX_EVAL_BATCH}})
 
     evaluation.load_for_evaluation = onnx_outputs
     try:
@@ -61,13 +59,13 @@ def score(args: argparse.Namespace, task: str, name: str, model: Model, runner: 
         evaluation.load_for_evaluation = real
 
 
-def timing_batches(datamodule_cfg: Any, batch_size: int, count: int, seed: int = 0) -> list[dict]:
+def timing_batches(data_settings: Any, batch_size: int, count: int, seed: int = 0) -> list[dict]:
     """``count`` batches of ``batch_size`` random validation examples, collated as evaluation does."""
     import torch
 
     from sesame.tasks.runs.runner import build_datamodule
 
-    datamodule = build_datamodule(RunSettings.from_config(datamodule_cfg))
+    datamodule = build_datamodule(data_settings)  # the RunSettings load_for_evaluation gives
     datamodule.setup("validate")
     loader = datamodule.val_dataloader()
     dataset = loader.dataset
@@ -150,11 +148,11 @@ def measure_task(args: argparse.Namespace, task: str, models: dict[str, Model]) 
     timing_threads = args.threads or threads
     rows: dict[str, dict[str, Any]] = {}
     callables: dict[str, Any] = {}
-    data_cfg = None
+    data_settings = None
     for name, model in models.items():
-        module, cfg = load(args, task, model.run)
+        module, settings = load(args, task, model.run)
         module = module.cpu().eval()
-        data_cfg = data_cfg or cfg
+        data_settings = data_settings or settings
         layers = module.encoder.num_hidden_states - 1
         if model.onnx is None:
             size, runtime, callables[name] = state_dict_bytes(module), "torch", module
@@ -178,7 +176,7 @@ def measure_task(args: argparse.Namespace, task: str, models: dict[str, Model]) 
             count = args.batches or (20 if batch_size == 1 else 4)
             if args.quick:
                 count = min(count, 3)
-            batches = timing_batches(data_cfg, batch_size, count)
+            batches = timing_batches(data_settings, batch_size, count)
             print(f"[time] {task}: batch {batch_size}, {len(batches)} batches x {args.rounds} rounds, "
                   f"{torch.get_num_threads()} threads", flush=True)
             for name, secs in time_models(callables, batches, args.rounds).items():

@@ -53,7 +53,7 @@ def measure(task: str, run: Path, root: Path, args: argparse.Namespace) -> list[
 
     folders = {t: export_int8_onnx(run, root / f"onnx_{t}", args.fresh, attention=t) for t in TRACES}
     cfg = compose("eval", [*TASKS[task]["overrides"], *(TASKS[task]["quick"] if args.quick else []), f"model={run}"])
-    _, data_cfg = load_for_evaluation(RunSettings.from_config(cfg))
+    _, data_settings = load_for_evaluation(RunSettings.from_config(cfg))
     torch.set_num_threads(1)
     traced = {t: json.loads((folders[t] / "export.json").read_text())["attention"] for t in TRACES}
     rows = []
@@ -65,7 +65,7 @@ def measure(task: str, run: Path, root: Path, args: argparse.Namespace) -> list[
         fns = {t: (lambda s: lambda b: run_session(s, b))(sessions[t]) for t in TRACES}
         for batch_size in args.batch_sizes:
             count = 3 if args.quick else (args.batches_b1 if batch_size == 1 else args.batches_b32)
-            batches = timing_batches(data_cfg, batch_size, count)
+            batches = timing_batches(data_settings, batch_size, count)
             diff = 0.0
             for batch in batches:
                 for a, b in zip(fns["model"](batch), fns["eager"](batch), strict=True):

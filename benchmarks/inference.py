@@ -72,13 +72,13 @@ def backends(run: Path, onnx_dir: Path, threads: int) -> dict[str, Backend]:
     }
 
 
-def dev_metric(task: str, run_fn: Backend, cfg: Any) -> float:
+def dev_metric(task: str, run_fn: Backend, settings: Any) -> float:
     """The dev metric from one backend's outputs over the whole dev set (the evaluation loader's batches)."""
     import torch
 
     from sesame.tasks.runs.runner import build_datamodule
 
-    datamodule = build_datamodule(RunSettings.from_config(cfg))
+    datamodule = build_datamodule(settings)  # the RunSettings load_for_evaluation gives
     datamodule.setup("validate")
     if task == "sst2":
         right = total = 0
@@ -116,16 +116,16 @@ def measure(task: str, run: Path, onnx_dir: Path, args: argparse.Namespace) -> l
     cfg = compose("eval", [*TASKS[task]["overrides"], *(TASKS[task]["quick"] if args.quick else []), f"model={run}"])
     from sesame.tasks.runs.evaluation import load_for_evaluation
 
-    _, data_cfg = load_for_evaluation(RunSettings.from_config(cfg))
+    _, data_settings = load_for_evaluation(RunSettings.from_config(cfg))
     all_threads = torch.get_num_threads()
     rows = []
     for threads in sorted({1, all_threads}):
         torch.set_num_threads(threads)
         fns = backends(run, onnx_dir, threads)
-        metrics = {name: dev_metric(task, fn, data_cfg) for name, fn in fns.items()} if threads == all_threads else {}
+        metrics = {name: dev_metric(task, fn, data_settings) for name, fn in fns.items()} if threads == all_threads else {}
         for batch_size in args.batch_sizes:
             count = 3 if args.quick else (args.batches_b1 if batch_size == 1 else args.batches_b32)
-            batches = timing_batches(data_cfg, batch_size, count)
+            batches = timing_batches(data_settings, batch_size, count)
             print(f"[time] {task}: batch {batch_size}, {threads} thread(s), {count} batches x {args.rounds} rounds", flush=True)
             seconds = time_models(fns, batches, args.rounds)
             base = statistics.median(seconds["torch_fp32"])
