@@ -11,6 +11,7 @@ optional ones (set only by some presets, e.g. ``fusion.layers`` for ``fusion=lay
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -82,6 +83,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(options) == 1:  # ``X | None``: X's own message (it says what is wrong with the value)
+            return _coerce(value, options[0], key)
         for option in options:
             try:
                 return _coerce(value, option, key)
@@ -105,14 +108,20 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             return value
         raise ConfigError(f"{key}={value!r}: expected an integer")
     if hint is float:
+        number: float | None = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}={value!r}: expected a number")
+        if number is None:
+            raise ConfigError(f"{key}={value!r}: expected a number")
+        # NaN passes every range check below (each comparison is false), infinity most; no setting means either.
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}={value!r}: expected a finite number. Fix: give a number such as 0.1 or 1e-5")
+        return number
     if hint is str:
         if isinstance(value, str):
             return value

@@ -177,7 +177,9 @@ def read_table(
     try:
         table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as err:  # datasets wraps parser errors in several types
-        raise DataError(f"{path}: could not be parsed as {builder}: {err}") from err
+        # Its messages run over several lines (the cause after a generic first line): one line, cause kept.
+        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise DataError(f"{path}: could not be parsed as {builder}: {said[:400]}") from err
     wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]
     missing = [c for c in wanted if c not in table.column_names]
     if missing:

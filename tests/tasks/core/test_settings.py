@@ -62,3 +62,15 @@ def test_a_task_with_keys_of_its_own_reads_its_block_with_its_class(make_cfg):
         TaskSettings.from_config(make_cfg("+task.entity_metric=strict").task)  # glue has no such key
     with pytest.raises(ConfigError, match="task.settings='sesame.tasks.nowhere.X' names no class"):
         TaskSettings.from_config(make_cfg("task.settings=sesame.tasks.nowhere.X").task)
+
+
+@pytest.mark.parametrize("override", ["head.dropout=nan", "finetune.weight_decay=nan", "finetune.weight_decay=inf",
+                                      "head.label_smoothing=-inf", "data.holdout_fraction=1e999"])
+def test_a_number_that_is_not_finite_is_refused_naming_the_key(make_cfg, override):
+    # Found by fuzzing (tests/test_fuzz_inputs.py): NaN passed every range check (each comparison with it is
+    # false), so head.dropout=nan and finetune.weight_decay=nan were accepted and trained on.
+    from sesame.tasks.base.run_settings import RunSettings
+
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{key}=.*: expected a finite number"):
+        RunSettings.from_config(make_cfg(override))

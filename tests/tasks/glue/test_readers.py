@@ -96,3 +96,15 @@ def test_an_evaluation_table_may_leave_labels_out_and_a_multi_label_example_may_
     dm.setup("fit")
     assert dm.dataset("train")["labels"] == [[1.0, 1.0], [0.0, 0.0], [0.0, 1.0]]
     assert len(dm.dataset("validation")) == 2
+
+
+def test_a_table_the_parser_refuses_is_named_in_one_line(tmp_path):
+    # Found by fuzzing (tests/test_fuzz_readers.py): a NUL byte in a TSV header made the datasets
+    # parser's message of several lines the error's message.
+    path = tmp_path / "train.tsv"
+    path.write_bytes(b"\x00entence,label\nfar less sophisticated and ,0\nfunny yet ,1\n")
+    with pytest.raises(DataError) as err:
+        read_table(path, "sentence", None, "label")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}: could not be parsed as csv: ")
+    assert "must have the same columns" in message

@@ -47,6 +47,8 @@ RUNS: dict[str, list[str]] = {
             "data.eval_batch_size=16", "data.max_seq_length=24", *ALL_EVAL],
     "ner_crf": ["task=ner", "head.crf=true", "data.max_train_examples=48", "data.max_eval_examples=24",
                 "data.batch_size=8", "data.eval_batch_size=16", "data.max_seq_length=24", *ALL_EVAL],
+    # The shipped SWAG-format sample.
+    "multiple_choice": ["task=multiple_choice", "trainer.max_steps=8", "trainer.limit_train_batches=4", "finetune.head_lr=1e-2"],
 }
 _TRAINED: dict[str, Path] = {}
 
