@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sesame.tasks.base.distill_settings import DistillSettings
 from sesame.tasks.core.errors import ConfigError
-from sesame.tasks.core.settings import Settings, plain
+from sesame.tasks.core.settings import Settings, checked_value, plain
 from sesame.tasks.encoders.encoder_settings import EncoderSettings
 from sesame.tasks.encoders.finetune_settings import FinetuneSettings
 from sesame.tasks.inputs.cache_settings import CacheSettings
@@ -289,8 +289,8 @@ class RunSettings:
             head=task_class(task, "head_settings").from_config(config["head"]),
             pooling=optional("pooling", PoolingSettings),
             trainer=TrainerSettings.from_config(config["trainer"], check=False),
-            seed=int(config["seed"]),
-            calibrate=bool(config["calibrate"]),
+            seed=checked_value(config["seed"], int, "seed"),
+            calibrate=checked_value(config["calibrate"], bool, "calibrate"),
             resume=config["resume"],
             init_from=config["init_from"],
             overwrite=bool(config["overwrite"]),

@@ -76,9 +76,26 @@ class Settings:
         return dataclasses.asdict(self)
 
 
+def checked_value(value: Any, hint: Any, key: str) -> Any:
+    """``value`` of the setting ``key`` checked against the type ``hint`` (as a block's fields are), a
+    :class:`ConfigError` naming the key otherwise: for the top-level keys no block holds (``seed``)."""
+    return _coerce(value, hint, key)
+
+
+def _allows_none(hint: Any) -> bool:
+    return hint is None or hint is typing.Any or (
+        typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint))
+
+
 def _coerce(value: Any, hint: Any, key: str) -> Any:
     """Light type checking: ints/floats/bools/strs as declared (YAML ``5e-5`` is a str in some loaders)."""
-    if value is None or hint is None:
+    if value is None:
+        if _allows_none(hint) or not isinstance(hint, type) and typing.get_origin(hint) is None:
+            return None
+        # A setting with no "off" value: null would reach the code as None and fail there.
+        raise ConfigError(f"{key}=null: expected {_name(hint)}; this setting cannot be null. Fix: give it a value "
+                          "(see its preset in conf/)")
+    if hint is None:
         return value
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):

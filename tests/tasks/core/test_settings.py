@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import FrozenInstanceError, dataclass
 
 import pytest
@@ -73,4 +74,23 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_key(make_cfg, overrid
 
     key = override.split("=")[0]
     with pytest.raises(ConfigError, match=rf"^{key}=.*: expected a finite number"):
+        RunSettings.from_config(make_cfg(override))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed=null", "seed=null: expected int; this setting cannot be null"),
+    ("seed=nan", "seed=nan: expected an integer"), ("seed=inf", "seed=inf: expected an integer"),
+    ("seed=abc", "seed='abc': expected an integer"),
+    ("data.max_seq_length=null", "data.max_seq_length=null: expected int"),
+    ("finetune.head_lr=null", "finetune.head_lr=null: expected float"),
+    ("head.label_smoothing=null", "head.label_smoothing=null: expected float"),
+    ("trainer.early_stopping.min_delta=null", "trainer.early_stopping.min_delta=null: expected float"),
+    ("calibrate=abc", "calibrate='abc': expected true or false"),
+])
+def test_null_or_a_wrong_type_on_a_required_setting_is_refused_naming_the_key(make_cfg, override, message):
+    # Found by fuzzing (tests/test_fuzz_inputs.py): null reached the range checks as None (TypeError), and
+    # seed=nan / inf / abc failed in int() (ValueError, OverflowError): internal errors, exit 1.
+    from sesame.tasks.base.run_settings import RunSettings
+
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
         RunSettings.from_config(make_cfg(override))
