@@ -42,21 +42,21 @@ def context(make_cfg, tmp_path_factory) -> FuzzContext:
 
 
 @pytest.mark.parametrize("task", list(PREDICT_FIELDS))
-@fuzz(25)
+@fuzz(20)
 @given(data=st.data())
 def test_predict_input_is_predicted_in_order_or_refused_naming_line_and_field(context, task, data):
     target = BY_NAME[f"predict_{task}"]
     assert target.check(context, data.draw(target.strategy)) in (READ, REFUSED)
 
 
-@fuzz(40)
+@fuzz(30)
 @given(data=st.data())
 def test_score_files_are_scored_or_refused_naming_the_file(context, data):
     target = BY_NAME["score"]
     assert target.check(context, data.draw(target.strategy)) in (READ, REFUSED)
 
 
-@fuzz(40)
+@fuzz(15)
 @given(data=st.data())
 def test_a_numeric_setting_is_taken_as_given_or_refused_naming_the_key(context, data):
     target = BY_NAME["settings"]
@@ -70,7 +70,7 @@ def unicode_tokenizer(unicode_bert_dir: Path):
     return AutoTokenizer.from_pretrained(str(unicode_bert_dir))
 
 
-@fuzz(40)
+@fuzz(30)
 @given(context_text=UNICODE_TEXT.filter(str.strip), question=UNICODE_TEXT.filter(str.strip),
        seed=st.integers(0, 2**31 - 1), version_2=st.booleans())
 def test_a_decoded_answer_is_the_contexts_text_at_its_offsets(unicode_tokenizer, context_text, question, seed, version_2):
@@ -102,7 +102,7 @@ class _RandomTags:
         self.tokenizer = tokenizer
 
 
-@fuzz(40)
+@fuzz(30)
 @given(text=UNICODE_TEXT, data=st.data())
 def test_ner_entities_of_random_tags_cover_whole_words(context, text, data):
     predictor = context.predictors["ner"]
