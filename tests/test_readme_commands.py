@@ -57,6 +57,8 @@ HYDRA_CONFIGS = {"sesame-train": "config", "sesame-eval": "eval"}
 #: Programs a marked command may start with although no dry parse exists for them, and why.
 UNPARSED = {"tensorboard": "a server that runs until Ctrl-C; not sesame's",
             "ray": "starts a node of a Ray cluster (hydra/launcher=ray); not sesame's"}
+#: Launchers a marked command may start with: their options are not checked, the sesame command they start is.
+LAUNCHERS = {"srun": "SLURM's", "torchrun": "torch's (--no-python <command>)"}
 #: Arguments appended to a benchmark run: the tiny encoder, one task, sesame against the reference only.
 SCRIPT_LIMITS = {"benchmarks/train_speed.py": ["--tasks", "sst2", "--arms", "sesame", "--encoder", "{tiny}"]}
 #: Appended to sesame-train where the command does not set the key itself.
@@ -244,6 +246,10 @@ def hydra_jobs(words: list[str]) -> list[list[str]]:
 
 def data_dir_folders(words: list[str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The ``$SESAME_DATA_DIR`` folders a command reads: composed (every job), or a benchmark's ``TASKS``."""
+    if words[0] in LAUNCHERS:  # srun / torchrun ... sesame-train <overrides>: the sesame command's
+        started = next((i for i, w in enumerate(words) if w in HYDRA_CONFIGS), None)
+        assert started is not None, f"{words[0]} starts no sesame command that this test can parse"
+        words = words[started:]
     if words[0] in HYDRA_CONFIGS:
         monkeypatch.setenv("SESAME_DATA_DIR", DATA_DIR_MARK)
         folders = set()

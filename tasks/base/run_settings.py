@@ -172,15 +172,16 @@ class TrainerSettings:
     leaves to the config (:func:`check_trainer_keys`: a misspelt key is a :class:`ConfigError` naming
     the closest argument).
 
-    A trainer block written before ``early_stopping`` / ``compile`` existed (an older run's) has them
-    off: ``early_stopping`` None, ``compile`` false.
+    A trainer block written before ``early_stopping`` / ``compile`` / ``ddp_timeout_s`` existed (an older run's)
+    has them off: ``early_stopping`` None, ``compile`` false, ``ddp_timeout_s`` None (Lightning's 30 minutes).
     """
 
     group: ClassVar[str] = "trainer"
     #: sesame's own keys: read here, never passed to Lightning.
-    OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile")
+    OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile", "ddp_timeout_s")
     early_stopping: EarlyStoppingSettings | None  # tasks/runs/early_stopping.py
     compile: bool  # torch.compile the encoder (tasks/runs/compilation.py)
+    ddp_timeout_s: float | None  # the process group's timeout (tasks/runs/process_launch.py)
     # every other key: lightning.Trainer's keyword arguments, as given (a plain dict, so settings pickle and
     # deep-copy with the modules holding them; read it through get / trainer_kwargs, never change it)
     lightning: dict[str, Any] = field(hash=False)
@@ -196,11 +197,16 @@ class TrainerSettings:
         kwargs = dict(raw)
         stopping = kwargs.pop("early_stopping", None)
         compile_encoder = bool(kwargs.pop("compile", False))
+        timeout = kwargs.pop("ddp_timeout_s", None)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ConfigError(f"trainer.ddp_timeout_s={timeout!r}: expected a number of seconds > 0 (or null: "
+                              "Lightning's 30 minutes)")
         if check:
             check_trainer_keys(kwargs)
         return cls(
             early_stopping=EarlyStoppingSettings.from_config(stopping) if stopping is not None else None,
             compile=compile_encoder,
+            ddp_timeout_s=float(timeout) if timeout is not None else None,
             lightning=kwargs,
         )
 

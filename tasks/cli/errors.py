@@ -41,6 +41,14 @@ def peer_lost(err: BaseException) -> bool:
                         or (isinstance(err, RuntimeError) and "gloo" in text.lower()))
 
 
+def peers_late(err: BaseException) -> bool:
+    """Whether ``err`` is a distributed run's process waiting past its timeout (``trainer.ddp_timeout_s``) for the
+    others: at the start (a node never started, another port or address) or at a collective (a peer stuck)."""
+    text = str(err).lower()
+    distributed = any(c.__name__ in PEER_ERRORS for c in type(err).__mro__) or "gloo" in text or "nccl" in text
+    return distributed and ("timed out" in text or "timeout" in text)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage mistakes (an unknown option, a value of the wrong type) end as
     one ``error:`` line and exit code 2, like every other user error, instead of the usage text."""
@@ -70,6 +78,15 @@ def user_errors_are_messages() -> Iterator[None]:
             print(f"error: another process of this distributed run ended ({reason}), so this one stopped too. Fix: see "
                   "that process's own output for why it ended, then rerun the same command with resume=true to "
                   "continue from the run's checkpoints/last.ckpt", file=sys.stderr)
+            sys.exit(1)
+        if explained is None and peers_late(err):
+            if os.environ.get("SESAME_TRACEBACK") == "1":
+                raise
+            reason = str(err).strip().splitlines()[-1][:200]
+            print(f"error: this process of a distributed run waited longer than trainer.ddp_timeout_s for the others "
+                  f"({reason}). Fix: start trainer.num_nodes x trainer.devices processes in all, one command per node, "
+                  "each with the same settings, MASTER_ADDR and MASTER_PORT (torchrun: --master_addr, --master_port) "
+                  "and its own NODE_RANK (--node_rank); if one is stuck, see its own output", file=sys.stderr)
             sys.exit(1)
         if explained is None:
             traceback.print_exc()

@@ -12,6 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from sesame.tasks.cli.ddp_sweeps import adjust_argv
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.cli.resolvers import register_resolvers
 from sesame.tasks.base.run_settings import RunSettings
@@ -36,6 +37,7 @@ def _main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    adjust_argv()  # a DDP rank > 0 logs into its own file, and follows rank 0's sweep (tasks/cli/ddp_sweeps.py)
     _main()
 
 

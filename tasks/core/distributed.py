@@ -15,11 +15,33 @@ if TYPE_CHECKING:
 Rows = dict[str, np.ndarray]
 
 
+#: Where launchers put a process's rank before any process group exists: torchrun ``RANK`` (global) and
+#: ``GROUP_RANK`` (its node), Lightning ``NODE_RANK`` and ``LOCAL_RANK`` (its launcher's copies of the command,
+#: or set by hand on each node), SLURM ``SLURM_PROCID`` (global; one process per task, no ``LOCAL_RANK``).
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")
+
+
+def _rank_variable(name: str) -> int:
+    return int(os.environ.get(name) or 0)
+
+
 def is_main_process() -> bool:
-    """Whether this process is global rank 0, known before any process group exists: Lightning's DDP
-    launcher starts the other ranks as copies of the command with ``LOCAL_RANK`` / ``NODE_RANK`` set."""
-    # SLURM_PROCID: one process per SLURM task (conf/hydra/launcher/slurm.yaml), no LOCAL_RANK set
-    return all(int(os.environ.get(k) or 0) == 0 for k in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
+    """Whether this process is global rank 0, known before any process group exists. On several nodes
+    every node has a ``LOCAL_RANK`` 0, so every rank variable a launcher sets must be 0, the node's too."""
+    return all(_rank_variable(k) == 0 for k in RANK_VARIABLES)
+
+
+def process_rank_name() -> str:
+    """A name for this process unique among the run's processes, known before any process group exists:
+    the global rank where the launcher gives it (torchrun, SLURM), else ``<local rank>`` on node 0 and
+    ``<node>.<local rank>`` on node ``node`` > 0 (Lightning's launcher and its ``NODE_RANK``, whose global
+    rank needs the devices per node)."""
+    for name in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(name):
+            return str(_rank_variable(name))
+    node = _rank_variable("NODE_RANK") or _rank_variable("GROUP_RANK")
+    local = _rank_variable("LOCAL_RANK")
+    return f"{node}.{local}" if node else str(local)
 
 
 def gather_objects(obj: Any) -> list[Any]:

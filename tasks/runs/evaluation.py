@@ -19,6 +19,7 @@ from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.known_noise import known_noise_silenced
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.base.task_module import EncoderTaskModule
+from sesame.tasks.runs.process_launch import check_launch
 from sesame.tasks.runs.run_lock import holds_run_folder
 from sesame.tasks.runs.runner import build_datamodule, build_trainer, settings_with_data, finish_run, flat_metrics
 from sesame.tasks.saved.trained_overrides import TrainedOverrides, evaluation_data
@@ -67,6 +68,7 @@ def evaluate(settings: RunSettings, run_dir: Path, overrides: Sequence[str] = ()
     """Validate / test the model ``model=`` names; write metrics and predictions into ``run_dir``.
     ``overrides``: the command line's, see :func:`load_for_evaluation`."""
     settings.trainer.check_lightning_arguments()
+    check_launch(settings.trainer)  # a launch of another process count than num_nodes x devices
     module, settings = load_for_evaluation(settings, overrides)
     datamodule = build_datamodule(settings)
     datamodule.setup("validate")

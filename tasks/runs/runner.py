@@ -49,7 +49,9 @@ from sesame.tasks.base.logger_settings import LoggerSettings
 from sesame.tasks.runs.loggers import build_loggers, job_overrides, log_comparison, progress_bar_callbacks
 from sesame.tasks.base.run_settings import RunSettings, TrainerSettings, task_class
 from sesame.tasks.base.task_module import EncoderTaskModule
+from sesame.tasks.runs.process_launch import check_launch, strategy_with_timeout
 from sesame.tasks.runs.run_lock import holds_run_folder, resolve_resume
+from sesame.tasks.runs.shared_run_folder import SharedRunFolder
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +83,13 @@ def build_trainer(
         checkpoint_callback(run_dir, monitor), TrainingResumeCallback(), LastValidation(), TrainingThroughput(run_dir),
         *early_stopping_callbacks(trainer.early_stopping, monitor), *(extra_callbacks or []), StopOnSigterm(run_dir),
         *progress_bar_callbacks(trainer.get("enable_progress_bar") is not False),
-        *([CompileEncoder()] if trainer.compile else []),
+        *([CompileEncoder()] if trainer.compile else []), SharedRunFolder(run_dir),
     ]
     if every_n_train_steps:
         callbacks.append(periodic_checkpoint_callback(run_dir, every_n_train_steps))
     kwargs = trainer.trainer_kwargs()
+    if "strategy" in kwargs:  # ddp and its kin with trainer.ddp_timeout_s
+        kwargs["strategy"] = strategy_with_timeout(trainer)
     if "precision" in kwargs:  # auto: bf16-mixed where the hardware has bf16 (tasks/runs/precision.py)
         kwargs["precision"] = resolve_precision(kwargs["precision"], kwargs.get("accelerator", "auto"))
     return L.Trainer(
@@ -232,6 +236,7 @@ def train(settings: RunSettings, run_dir: Path, shared_encoders: Path | None = N
     # Every block was checked when the settings were read, the Lightning arguments now: all before any
     # data is read or weights are loaded.
     settings.trainer.check_lightning_arguments()
+    check_launch(settings.trainer)  # a launch of another process count than num_nodes x devices
     for block in ("cache", "checkpoint", "distill"):
         if getattr(settings, block) is None:
             raise ConfigError(f"sesame-train needs the {block} block of conf/config.yaml; this config has none")
