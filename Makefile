@@ -23,11 +23,11 @@ install: $(VENV)/.installed
 run: install
 	$(OFFLINE) $(BIN)/sesame-train $(ARGS)
 
-# -n auto: one worker per core (tests are single-threaded and keep to their own tmp folders); the 15 slowest
-# tests are listed at the end. --dist loadgroup: the tests marked xdist_group("<name>") run on one worker, so a
-# module fixture they share (the Ray cluster of tests/tasks/runs/test_ray_launcher.py) is made once.
+# -n auto: one worker per core (tests are single-threaded and keep to their own tmp folders); --dist loadscope: a
+# test module runs on one worker, so the runs its module fixtures train are made once (tests/conftest.py collects
+# the longest modules first); the 15 slowest tests are listed at the end.
 test: install
-	$(OFFLINE) $(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=15 $(ARGS)
+	$(OFFLINE) $(BIN)/python -m pytest -q -n auto --dist loadscope --durations=15 $(ARGS)
 
 # The documentation site at http://127.0.0.1:8000, rebuilt on every edit.
 docs: install

@@ -31,6 +31,26 @@ register_resolvers()
 torch.set_num_threads(1)  # see OMP_NUM_THREADS above
 
 
+#: The modules that take longest (a minute or more of a worker on 2 cores), collected first: ``make test`` hands
+#: whole modules to its workers (``--dist loadscope``, so a module's fixtures are built once), and starting the
+#: long ones first keeps the short ones for the end, instead of one long module starting last on one worker.
+LONGEST_FIRST = (
+    "tests/test_readme_commands.py",
+    "tests/conformance/test_training.py",
+    "tests/tasks/runs/test_ray_launcher.py",
+    "tests/tasks/runs/test_checkpoint_callbacks.py",
+    "tests/tasks/core/test_distributed.py",
+    "tests/benchmarks/test_compression.py",
+    "tests/tasks/core/test_multinode.py",
+    "tests/test_bad_inputs.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: module order kept
+
+
 def require(module: str) -> ModuleType:
     """Import an optional package (an extra of pyproject.toml) for a test.
 

@@ -148,10 +148,23 @@ def _block_commands(block: list[tuple[int, str]], index: int, page: str) -> list
 
 COMMANDS = [c for path in PAGES
             for c in readme_commands(path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix())]
-UNIQUE = list({c.text: c for c in COMMANDS}.values())  # a command shown twice runs once
+def same_command(command: Command) -> str:
+    """What two commands shown alike share: their words (``a  b`` and ``a b`` are one command)."""
+    try:
+        return shlex.join(shlex.split(command.text))
+    except ValueError:
+        return command.text
+
+
+UNIQUE = list({same_command(c): c for c in COMMANDS}.values())  # a command shown twice (on any page) runs once
 MARKED = [c for c in UNIQUE if c.needs]
 MAKE = [c for c in UNIQUE if not c.needs and c.words[0] == "make"]
-RUN = [c for c in UNIQUE if not c.needs and c.words[0] != "make"]
+#: Unmarked commands another test of the suite runs end to end with the same arguments (the call it makes), so
+#: they are not run a second time here; :func:`test_a_command_run_elsewhere_is_run_there` checks the call is there.
+RUN_ELSEWHERE = {
+    "python benchmarks/step_profile.py --quick": ("tests/benchmarks/test_step_profile.py", 'sp.main(["--quick", "--out"'),
+}
+RUN = [c for c in UNIQUE if not c.needs and c.words[0] != "make" and same_command(c) not in RUN_ELSEWHERE]
 
 
 def test_the_readme_parser_reads_prompts_continuations_comments_and_output():
@@ -276,6 +289,14 @@ def test_a_marked_command_parses_and_names_every_data_folder_it_reads(command, m
         ", ".join(f"$SESAME_DATA_DIR/{f}" for f in sorted(needed - named))
     assert named <= needed or not needed, f"{command}: the marker names folders the command does not read"
     assert needed or not named, f"{command}: reads nothing under $SESAME_DATA_DIR; the marker should say what it needs"
+
+
+@pytest.mark.parametrize("text", sorted(RUN_ELSEWHERE))
+def test_a_command_run_elsewhere_is_run_there(text):
+    """A page's command left to another test: the page still shows it, and that test makes the same call."""
+    assert text in {same_command(c) for c in UNIQUE if not c.needs}, f"no page shows {text!r} any more: drop it here"
+    test_file, call = RUN_ELSEWHERE[text]
+    assert call in (REPO / test_file).read_text(encoding="utf-8"), f"{test_file} no longer runs {text!r} ({call})"
 
 
 @pytest.mark.parametrize("command", MAKE, ids=[f"{c.page}:{c.line}" for c in MAKE])

@@ -23,8 +23,6 @@ from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.runs.sweep_report import finish_command, missing_jobs
 from tests.conftest import require
 
-#: One worker of ``make test`` (``--dist loadgroup``) runs the module, so its cluster and sweeps are made once.
-pytestmark = pytest.mark.xdist_group("ray_cluster")
 SEEDS = "seed=1,2,3,4"
 #: Four short jobs: 64 examples in batches of 16, 2 epochs of the debug trainer's 4 batches.
 JOB = ["trainer=debug", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
