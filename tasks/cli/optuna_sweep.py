@@ -22,6 +22,7 @@ everything of it (``hydra.sweeper.params``, ``sampler``, ``direction``, ``n_tria
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,9 @@ def _sweep(sweeper: Any, arguments: list[str]) -> None:
                      for o, t in zip(impl._configure_trials(batch, space, fixed), batch)]
         with ledger.open() as content:
             content["trials"].extend(record_of(t) for t in batch)
+        cpu_before = _cpu_s()
         returns = impl.launcher.launch(overrides, initial_job_idx=batch[0].number)
-        failures = tell(study, ledger, batch, returns)
+        failures = tell(study, ledger, batch, returns, batch_cpu_s=_cpu_s() - cpu_before)
         if failures / len(returns) > impl.max_failure_rate:
             log.error("%d of %d trials failed (max_failure_rate=%s)", failures, len(returns), impl.max_failure_rate)
             for ret in returns:
@@ -127,8 +129,16 @@ def _sweep(sweeper: Any, arguments: list[str]) -> None:
     write_results(study, Path(impl.sweep_dir))
 
 
-def tell(study: Any, ledger: TrialLedger, batch: list[Any], returns: list[Any]) -> int:
-    """Tell Optuna (and the ledger) how each trial of a batch ended; the number that failed."""
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children: with Hydra's basic launcher the jobs run here."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def tell(study: Any, ledger: TrialLedger, batch: list[Any], returns: list[Any], batch_cpu_s: float) -> int:
+    """Tell Optuna (and the ledger) how each trial of a batch ended; the number that failed. Each record also
+    gets ``batch_cpu_s``, the sweep process's CPU seconds over its batch: with the basic launcher and
+    ``n_jobs=1``, the trial's own cost (jobs run by another launcher's workers are not in it)."""
     import optuna
     from hydra.core.utils import JobStatus
 
@@ -152,6 +162,7 @@ def tell(study: Any, ledger: TrialLedger, batch: list[Any], returns: list[Any]) 
             frozen = study._storage.get_trial(trial._trial_id)
             record["state"] = frozen.state.name
             record["value"] = frozen.value
+            record["batch_cpu_s"] = round(batch_cpu_s, 3)
     return failures
 
 
