@@ -21,7 +21,9 @@ everything of it (``hydra.sweeper.params``, ``sampler``, ``direction``, ``n_tria
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,11 @@ def _sweep(sweeper: Any, arguments: list[str]) -> None:
     space, fixed = create_params_from_overrides([*impl._parse_sweeper_params_config(), *arguments])
     for name in fixed:
         space.pop(name, None)
+    if isinstance(impl.sampler, functools.partial) and impl.sampler.func is optuna.samplers.GridSampler:
+        # hydra/sweeper/sampler=grid: the grid is the search space, and no more trials than it holds
+        grid = {name: impl._to_grid_sampler_choices(dist) for name, dist in space.items()}
+        impl.sampler = impl.sampler(grid)
+        impl.n_trials = min(impl.n_trials, math.prod(len(values) for values in grid.values()))
     directions = impl._get_directions()
     if len(directions) != 1:
         raise ConfigError(f"hydra.sweeper.direction={directions}: a pruning search optimises one metric")
@@ -153,17 +160,27 @@ def tell(study: Any, ledger: TrialLedger, batch: list[Any], returns: list[Any], 
                 study._storage.set_trial_system_attr(trial._trial_id, key, value)
             value = _float(ret.return_value) if ret.status == JobStatus.COMPLETED else None
             if record["pruned_at"] is not None:
-                study.tell(trial, state=State.PRUNED)
+                _tell(study, trial, state=State.PRUNED)
             elif value is not None:
-                study.tell(trial, value)
+                _tell(study, trial, value)
             else:
                 failures += 1
-                study.tell(trial, state=State.FAIL)
+                _tell(study, trial, state=State.FAIL)
             frozen = study._storage.get_trial(trial._trial_id)
             record["state"] = frozen.state.name
             record["value"] = frozen.value
             record["batch_cpu_s"] = round(batch_cpu_s, 3)
     return failures
+
+
+def _tell(study: Any, trial: Any, value: float | None = None, state: Any = None) -> None:
+    """``study.tell``; the grid sampler's ``Study.stop`` when its grid is done, which Optuna allows only inside
+    ``study.optimize``, is let pass (the trial is told by then), as Hydra's Optuna sweeper does."""
+    try:
+        study.tell(trial, value, state=state) if state is not None else study.tell(trial, value)
+    except RuntimeError as err:
+        if "Study.stop" not in str(err):
+            raise
 
 
 def _float(value: Any) -> float | None:

@@ -58,12 +58,11 @@ class ReportToTrial(Callback):
         self._write_record()
 
     def _report(self, step: int, value: float) -> bool:
+        if not math.isfinite(value):  # nothing scored: Optuna's trial.report would skip it too
+            return False
         with self.ledger.open() as content:
             record = trial_record(content, self.number)
-            record["intermediate"][str(step)] = value if math.isfinite(value) else None
-            if record["intermediate"][str(step)] is None:
-                del record["intermediate"][str(step)]  # Optuna skips a NaN report: so does the ledger
-                return False
+            record["intermediate"][str(step)] = value
             pruner = PrunerSpec.from_config(content["pruner"]).build()
             study = replay(content, pruner=pruner)
             trial = study.trials[self.number]
