@@ -38,6 +38,9 @@ class ReportToTrial(Callback):
         self.run_dir = Path(run_dir)
         self.reported: dict[int, float] = {}
         self.pruned_at: int | None = None
+        if is_main_process():  # a missing or damaged ledger, or a trial it lacks, is named before training starts
+            with self.ledger.open() as content:
+                trial_record(content, self.number)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # only the fit's validations are steps: not the sanity check, nor the best checkpoint's evaluation after it
