@@ -9,9 +9,9 @@ from setuptools import find_namespace_packages, setup
 CODE = ("heads", "tasks")  # every folder below is a package (the QA evaluate-metric scripts too)
 DATA = ("conf", "data")  # one package each; their files ship as package data (pyproject.toml)
 
-#: The Hydra launcher plugin behind ``hydra/launcher=ray``: Hydra finds launchers only in the ``hydra_plugins``
-#: namespace package (a thin class there; the work is ``tasks/cli/ray_sweep.py``).
-PLUGINS = ("hydra_plugins.sesame_ray_launcher",)
+#: The Hydra plugins behind ``hydra/launcher=ray`` and ``hydra/sweeper=pruning_optuna``: Hydra finds launchers only in the ``hydra_plugins``
+#: namespace package (a thin class there; the work is ``tasks/cli/ray_sweep.py``, ``tasks/cli/optuna_sweep.py``).
+PLUGINS = ("hydra_plugins.sesame_ray_launcher", "hydra_plugins.sesame_optuna_sweeper")
 
 setup(
     package_dir={**{f"sesame.{top}": top for top in CODE + DATA}, **{p: p.replace(".", "/") for p in PLUGINS}},

@@ -31,6 +31,7 @@ from sesame.tasks.inputs.cache_settings import CacheSettings
 from sesame.tasks.inputs.data_settings import DataSettings
 from sesame.tasks.base.checkpoint_settings import CheckpointSettings
 from sesame.tasks.base.logger_settings import LoggerSettings
+from sesame.tasks.base.optuna_settings import OptunaTrialSettings
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,7 @@ class RunSettings:
     checkpoint: CheckpointSettings | None = None
     distill: DistillSettings | None = None
     logger: LoggerSettings | None = None
+    optuna: OptunaTrialSettings | None = None  # the Optuna trial a pruning search's job is (None: not one)
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     trained: bool = False  # read with of_trained: a record, not a run about to start
 
@@ -305,6 +307,7 @@ class RunSettings:
             checkpoint=optional("checkpoint", CheckpointSettings),
             distill=optional("distill", DistillSettings),
             logger=None if trained else optional("logger", LoggerSettings),
+            optuna=None if trained else optional("optuna", OptunaTrialSettings),
             config=config,
             trained=trained,
         )

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from sesame.tasks.cli.ddp_sweeps import adjust_argv, share_sweep_dir
 from sesame.tasks.cli.errors import user_errors_are_messages
+from sesame.tasks.cli.optuna_sweep import register_sweeper
 from sesame.tasks.cli.ray_sweep import register_launcher
 from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.cli.resolvers import register_resolvers
@@ -78,6 +79,7 @@ def finished_metrics(run_dir: Path) -> dict:
 def main() -> None:
     adjust_argv()  # a DDP rank > 0 of a sweep job follows rank 0's sweep (tasks/cli/ddp_sweeps.py)
     register_launcher()  # hydra/launcher=ray (tasks/cli/ray_sweep.py)
+    register_sweeper()  # hydra/sweeper=pruning_optuna (tasks/cli/optuna_sweep.py)
     _main()
 
 

@@ -39,6 +39,7 @@ from sesame.tasks.core.distributed import is_main_process
 from sesame.tasks.runs.compilation import CompileEncoder
 from sesame.tasks.runs.throughput import TrainingThroughput
 from sesame.tasks.runs.early_stopping import early_stopping_callbacks
+from sesame.tasks.runs.trial_pruning import trial_callbacks
 from sesame.tasks.encoders.encoder import check_tokenizer_fits, load_tokenizer
 from sesame.tasks.encoders.store import ENCODER_FOLDER, has_weights, save_encoder_folder
 from sesame.tasks.core.errors import ConfigError
@@ -272,9 +273,13 @@ def train(settings: RunSettings, run_dir: Path, shared_encoders: Path | None = N
     has_validation = datamodule.has_split("validation")
     if has_validation:
         check_validation_interval(settings.trainer, datamodule)
-    trainer = build_trainer(settings, run_dir, module.main_metric if has_validation else None, callbacks)
+    # a pruning search's job reports each validation to its Optuna trial (tasks/runs/trial_pruning.py)
+    trial = trial_callbacks(settings.optuna, module.main_metric if has_validation else None, run_dir)
+    trainer = build_trainer(settings, run_dir, module.main_metric if has_validation else None, [*callbacks, *trial])
     with sigterm_stops_the_run(run_dir):
         metrics = fit_and_evaluate(settings, trainer, module, datamodule, resume_from)
+    for reporter in trial:
+        metrics.update(reporter.final_metrics())
     finish_run(module, metrics, run_dir)
     if is_main_process():
         log_comparison(trainer.loggers, job_overrides() if hparams is None else hparams, metrics)
