@@ -10,7 +10,7 @@ each marker the process's peak RSS (VmHWM) is read and then reset to the current
 the highest phase peak; loader worker processes (none with ``data.num_workers=0``) are reported apart.
 
     python benchmarks/qa_memory.py                        # both runs: squad_v1 (20 steps), squad_v2 (5 steps)
-    python benchmarks/qa_memory.py --runs squad_v1 --source /path/to/older/checkout   # the same on other code
+    python benchmarks/qa_memory.py --tasks squad_v1 --source /path/to/older/checkout   # the same on other code
     python benchmarks/qa_memory.py --json results.json -- data.eval_batch_size=16        # extra overrides
 
 ``--source`` runs another checkout of sesame (e.g. ``git worktree add /tmp/before HEAD~1``) in the
@@ -32,9 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-RUNS = {
-    "squad_v1": ["task=squad_v1", "data=squad_v1_slice", "trainer.max_steps=20"],
-    "squad_v2": ["task=squad_v2", "data=squad_v2_slice", "trainer.max_steps=5"],
+#: The runs measured: their sesame-train overrides, and what they read from $SESAME_DATA_DIR (nothing: the
+#: shipped slices and the shipped encoder).
+TASKS = {
+    "squad_v1": {"overrides": ["task=squad_v1", "data=squad_v1_slice", "trainer.max_steps=20"], "files": []},
+    "squad_v2": {"overrides": ["task=squad_v2", "data=squad_v2_slice", "trainer.max_steps=5"], "files": []},
 }
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -175,7 +177,7 @@ def run_one(name: str, extra: list[str], source: Path | None) -> dict[str, Any]:
         cmd = [sys.executable, __file__, "--child", "--out", str(out), "--run-dir", str(Path(tmp) / "run")]
         if source is not None:
             cmd += ["--source", str(source)]
-        cmd += ["--", *RUNS[name], *extra]
+        cmd += ["--", *TASKS[name]["overrides"], *extra]
         env = {**os.environ, **ENV}
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -193,21 +195,30 @@ def print_report(name: str, result: dict[str, Any]) -> None:
         print(f"| {r['phase']} | {r['start_mib']:.0f} | {r['peak_mib']:.0f} | {r['end_mib']:.0f} | {used} | {r['seconds']:.1f} |")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", default="squad_v1,squad_v2", help="comma-separated: " + ", ".join(RUNS))
+    parser.add_argument("--tasks", default="squad_v1,squad_v2", type=lambda v: v.split(","),
+                        help="comma-separated: " + ", ".join(TASKS))
     parser.add_argument("--source", type=Path, help="another sesame checkout to measure (editable install only)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="extra sesame-train overrides for every run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.tasks if t not in TASKS]
+    if unknown:
+        parser.error(f"unknown --tasks {', '.join(unknown)}; known: {', '.join(TASKS)}")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.child:
         child(args.overrides, args.run_dir, args.out, args.source)
         return
     results = {}
-    for name in args.runs.split(","):
+    for name in args.tasks:
         results[name] = run_one(name, args.overrides, args.source.resolve() if args.source else None)
         print_report(name, results[name])
     if args.json:
