@@ -100,3 +100,38 @@ def test_auto_leaves_it_off_and_true_refuses_where_the_family_cannot(make_cfg):
 def test_a_bad_value_is_one_clear_error(make_cfg):
     with pytest.raises(ConfigError, match="activation_checkpointing='sometimes' is not one of auto, true, false"):
         RunSettings.from_config(make_cfg("task=squad_v1", "encoder.activation_checkpointing=sometimes"))
+
+
+# trainer.malloc_mmap_threshold_mb (tasks/runs/heap.py), the QA configs' other memory setting ----------------
+def test_qa_configs_fix_the_mmap_threshold_and_a_bad_one_is_one_clear_error(make_cfg):
+    assert RunSettings.from_config(make_cfg("task=squad_v1")).trainer.malloc_mmap_threshold_mb == 8
+    assert RunSettings.from_config(make_cfg("task=glue")).trainer.malloc_mmap_threshold_mb is None
+    for bad in ("64", "0", "true", "'8'"):
+        with pytest.raises(ConfigError, match="malloc_mmap_threshold_mb=.*from 1 to 32"):
+            RunSettings.from_config(make_cfg("task=squad_v1", f"trainer.malloc_mmap_threshold_mb={bad}"))
+
+
+def test_a_fixed_threshold_returns_a_large_block_to_the_system_when_freed(tmp_path):
+    """In a fresh process: after a 16 MiB block is freed glibc's dynamic threshold rises, so the next 12 MiB
+    block comes from the heap and its pages stay resident once freed; with the threshold fixed at 8 MiB
+    they go back to the system."""
+    import subprocess
+    import sys
+
+    script = (
+        "import ctypes, sys\n"
+        "from sesame.tasks.runs.heap import fix_mmap_threshold\n"
+        "def rss():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) / 1024\n"
+        "print(fix_mmap_threshold(8 if sys.argv[1] == 'fixed' else None))\n"
+        "libc = ctypes.CDLL('libc.so.6'); libc.malloc.restype = ctypes.c_void_p; libc.free.argtypes = [ctypes.c_void_p]\n"
+        "libc.free(libc.malloc(16 << 20))\n"  # raises the dynamic threshold
+        "p = libc.malloc(12 << 20); ctypes.memset(p, 1, 12 << 20); libc.free(libc.malloc(64))\n"
+        "before = rss(); libc.free(p); print(before - rss())\n"
+    )
+    freed = {}
+    for mode in ("dynamic", "fixed"):
+        out = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, check=True).stdout.split()
+        assert out[0] == str(mode == "fixed")
+        freed[mode] = float(out[1])
+    assert freed["fixed"] > 10 and freed["dynamic"] < 2, freed
