@@ -173,16 +173,19 @@ class TrainerSettings:
     leaves to the config (:func:`check_trainer_keys`: a misspelt key is a :class:`ConfigError` naming
     the closest argument).
 
-    A trainer block written before ``early_stopping`` / ``compile`` / ``ddp_timeout_s`` existed (an older run's)
-    has them off: ``early_stopping`` None, ``compile`` false, ``ddp_timeout_s`` None (Lightning's 30 minutes).
+    A trainer block written before ``early_stopping`` / ``compile`` / ``ddp_timeout_s`` /
+    ``malloc_mmap_threshold_mb`` existed (an older run's) has them off: ``early_stopping`` None, ``compile``
+    false, ``ddp_timeout_s`` None (Lightning's 30 minutes), the threshold glibc's own.
     """
 
     group: ClassVar[str] = "trainer"
     #: sesame's own keys: read here, never passed to Lightning.
-    OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile", "ddp_timeout_s")
+    OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile", "ddp_timeout_s", "malloc_mmap_threshold_mb")
     early_stopping: EarlyStoppingSettings | None  # tasks/runs/early_stopping.py
     compile: bool  # torch.compile the encoder (tasks/runs/compilation.py)
     ddp_timeout_s: float | None  # the process group's timeout (tasks/runs/process_launch.py)
+    #: glibc's mmap threshold fixed at this many MiB for the run (tasks/runs/heap.py); None: glibc's own.
+    malloc_mmap_threshold_mb: int | None
     # every other key: lightning.Trainer's keyword arguments, as given (a plain dict, so settings pickle and
     # deep-copy with the modules holding them; read it through get / trainer_kwargs, never change it)
     lightning: dict[str, Any] = field(hash=False)
@@ -202,12 +205,18 @@ class TrainerSettings:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise ConfigError(f"trainer.ddp_timeout_s={timeout!r}: expected a number of seconds > 0 (or null: "
                               "Lightning's 30 minutes)")
+        threshold = kwargs.pop("malloc_mmap_threshold_mb", None)
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int)
+                                      or not 1 <= threshold <= 32):
+            raise ConfigError(f"trainer.malloc_mmap_threshold_mb={threshold!r}: expected a whole number of MiB "
+                              "from 1 to 32 (glibc's range), or null")
         if check:
             check_trainer_keys(kwargs)
         return cls(
             early_stopping=EarlyStoppingSettings.from_config(stopping) if stopping is not None else None,
             compile=compile_encoder,
             ddp_timeout_s=float(timeout) if timeout is not None else None,
+            malloc_mmap_threshold_mb=threshold,
             lightning=kwargs,
         )
 

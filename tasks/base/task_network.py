@@ -54,6 +54,9 @@ class EncoderTaskNetwork(nn.Module):
         #: read one are skipped under ``encoder.skip_unread_layers`` (the outputs are the same).
         self.encoder_layers_run: int | None = (
             self.encoder.layers_to_run(self.fusion.highest) if settings.encoder.skip_unread_layers else None)
+        #: Whether training recomputes each encoder layer's activations in the backward pass
+        #: (``encoder.activation_checkpointing``; the same gradients, far less memory at long inputs).
+        self.activation_checkpointing = self.encoder.checkpoint_activations(settings.encoder.activation_checkpointing)
         self.finetune = settings.finetune
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):

@@ -209,6 +209,27 @@ class Encoder(nn.Module):
         encoder.name_or_path = settings.name_or_path
         return encoder
 
+    def checkpoint_activations(self, setting: bool | str) -> bool:
+        """``encoder.activation_checkpointing``: in training, each layer keeps only its input and recomputes
+        its activations in the backward pass (transformers' activation checkpointing, non-reentrant, the
+        random state kept, so dropout draws the same masks: the same gradients, bit for bit). Evaluation
+        and frozen layers run as before. Whether it is on; ``auto`` leaves it off, and ``true`` is a
+        :class:`ConfigError`, for a family transformers cannot checkpoint."""
+        if setting is False:
+            return False
+        if not getattr(self.model, "supports_gradient_checkpointing", False):
+            if setting == "auto":
+                return False
+            raise ConfigError(f"encoder.activation_checkpointing=true: {type(self.model).__name__} "
+                              f"({self.config.model_type}) cannot recompute its layers in transformers. "
+                              "Fix: encoder.activation_checkpointing=false (or auto)")
+        kwargs = {"use_reentrant": False}  # the reentrant variant needs inputs that require grad
+        if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.x
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        return True
+
     def summary_token(self, pooling: str | None = None) -> str | None:
         """Where the family's summary token is (``first`` / ``last``); a ConfigError when ``pooling``
         reads it and the family has none (T5)."""

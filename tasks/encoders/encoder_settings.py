@@ -8,6 +8,7 @@ from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.core.settings import Settings
 
 ENCODER_INITS = ("pretrained", "random")
+ACTIVATION_CHECKPOINTING = ("auto", True, False)
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,15 @@ class EncoderSettings(Settings):
     #: Run only the layers up to the highest hidden state the fusion reads (``fusion=second_to_last``
     #: runs L - 1 of L layers); the outputs are the same (``Encoder.layers_to_run``).
     skip_unread_layers: bool = True
+    #: Training keeps only each layer's input and recomputes the layer's activations in the backward pass
+    #: (``Encoder.checkpoint_activations``): the same gradients, bit for bit, at a fraction of the memory
+    #: (attention probabilities are [B, heads, T, T] floats per layer) for about 1.5x the step's CPU time.
+    #: ``auto``: where the family supports it; ``true``: an error where it does not.
+    activation_checkpointing: bool | str = False
 
     def __post_init__(self) -> None:
         if self.init not in ENCODER_INITS:
             raise ConfigError(f"encoder.init={self.init!r} is not one of {', '.join(ENCODER_INITS)}")
+        if self.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
+            raise ConfigError(f"encoder.activation_checkpointing={self.activation_checkpointing!r} is not one of "
+                              "auto, true, false")

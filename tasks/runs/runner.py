@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.core.atomic_files import torch_save_atomic, write_json_atomic, write_text_atomic
+from sesame.tasks.runs.heap import fix_mmap_threshold
 from sesame.tasks.runs.precision import resolve_precision
 from sesame.tasks.runs.checkpoint_callbacks import (
     AtomicCheckpointIO,
@@ -251,6 +252,7 @@ def train(settings: RunSettings, run_dir: Path, shared_encoders: Path | None = N
         if settings.calibrate:
             raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
     L.seed_everything(settings.seed, workers=True, verbose=False)
+    fix_mmap_threshold(settings.trainer.malloc_mmap_threshold_mb)  # before the run allocates its tensors
     datamodule = build_datamodule(settings)
     datamodule.setup("fit")
     if not datamodule.has_split("train"):
