@@ -170,10 +170,13 @@ class TaskPredictor:
                 continue
             where = f"{source}, line {number}"
             try:
-                record = json.loads(line)
+                record = json.loads(line, parse_constant=_not_json_constant)
             except json.JSONDecodeError as err:
                 raise DataError(f"{where}: not JSON ({err.msg} at column {err.colno}). Fix: give one JSON object "
                                 f"per line, e.g. {self.input_example}") from None
+            except ValueError as err:  # NaN / Infinity: Python reads them, JSON has none (and the output could not hold them)
+                raise DataError(f"{where}: not JSON ({err}). Fix: give one JSON object per line, e.g. "
+                                f"{self.input_example}") from None
             yield where, record
 
     def predict_numbered(self, numbered: Iterable[tuple[str, Any]], *, progress: bool = False,
@@ -226,3 +229,8 @@ class TaskPredictor:
             index = np.asarray(order[lo: lo + self.batch_size], dtype=np.int64)
             batch = collate([features[i] for i in index])
             yield index, batch, self.runner({k: batch[k] for k in inputs if k in batch})
+
+
+def _not_json_constant(name: str) -> Any:
+    """``json.loads``' hook for ``NaN``, ``Infinity`` and ``-Infinity``, which Python accepts and JSON does not."""
+    raise ValueError(f"{name} is not a JSON value")

@@ -164,6 +164,8 @@ def test_bad_lines_name_the_input_the_line_the_field_and_the_fix(sst2_runner):
     message = error('{"text": "fine"}', "", '{"txt": "typo"}')
     assert message.startswith("in.jsonl, line 3: no 'text' field") and 'Fix: give each input as {"text"' in message
     assert error('{"text": "fine"}', "{not json").startswith("in.jsonl, line 2: not JSON")
+    # Python's json reads NaN / Infinity, JSON has none: a copied id could not be written out (found by fuzzing)
+    assert error('{"text": "fine", "id": {"": Infinity}}').startswith("in.jsonl, line 1: not JSON (Infinity is not a JSON value)")
     assert error('["a list"]').startswith("in.jsonl, line 1: expected a JSON object, got list")
     assert "'text' must be a string, got int" in error('{"text": 3}')
     # One rule for every task (tasks/inference/predictor.py string_field): a required field that is empty or blank is refused.

@@ -135,7 +135,7 @@ def test_early_stopping_is_off_by_default_and_not_a_lightning_argument(make_cfg,
     ("+trainer.early_stopping.pateince=2", "unknown setting trainer.early_stopping.pateince"),
     ("trainer.early_stopping.patience=0", "patience=0: use a positive number"),
     ("trainer.early_stopping.min_delta=-0.1", "min_delta=-0.1: use 0 or a positive number"),
-    ("trainer.early_stopping.patience=two", "trainer.early_stopping.patience='two': expected int"),
+    ("trainer.early_stopping.patience=two", "trainer.early_stopping.patience='two': expected an integer"),
 ])
 def test_bad_early_stopping_settings_are_config_errors(make_cfg, tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
