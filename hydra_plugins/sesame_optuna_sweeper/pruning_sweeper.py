@@ -9,27 +9,14 @@ Hydra's plugin scan, so ``sesame-train`` also registers the class itself
 
 from __future__ import annotations
 
-from typing import Any
-
 from hydra.plugins.sweeper import Sweeper
-from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+
+from sesame.tasks.cli.hydra_plugin_setup import KeepsHydraSetup
 
 
-class PruningOptunaSweeper(Sweeper):
+class PruningOptunaSweeper(KeepsHydraSetup, Sweeper):
     """Hydra's Optuna sweeper with a pruner: ``kwargs`` are ``hydra.sweeper``'s keys (those of Hydra's Optuna
     sweeper, plus ``pruner`` and ``lock_timeout_s``)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.kwargs = kwargs
-        self.config: DictConfig | None = None
-        self.task_function: TaskFunction | None = None
-        self.hydra_context: HydraContext | None = None
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config = config
-        self.task_function = task_function
-        self.hydra_context = hydra_context
 
     def sweep(self, arguments: list[str]) -> None:
         from sesame.tasks.cli.optuna_sweep import sweep

@@ -10,27 +10,15 @@ Hydra's plugin scan, so ``sesame-train`` also registers the class itself
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
-from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+
+from sesame.tasks.cli.hydra_plugin_setup import KeepsHydraSetup
 
 
-class RayLauncher(Launcher):
+class RayLauncher(KeepsHydraSetup, Launcher):
     """Runs each job of a sweep as a Ray task; ``kwargs`` are ``hydra.launcher``'s keys (``RaySettings``)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.ray_kwargs = kwargs
-        self.config: DictConfig | None = None
-        self.task_function: TaskFunction | None = None
-        self.hydra_context: HydraContext | None = None
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config = config
-        self.task_function = task_function
-        self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from sesame.tasks.cli.ray_sweep import launch

@@ -258,7 +258,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     configs = [context.config_loader.load_sweep_config(config, list(overrides)) for overrides in job_overrides]
     with user_errors_are_messages():  # every setting is checked before a Ray starts or is joined
-        settings = RaySettings.from_config(launcher.ray_kwargs)
+        settings = RaySettings.from_config(launcher.kwargs)
         for number, sweep_config in enumerate(configs, initial_job_idx):
             refuse_multi_process_job(sweep_config, number)
         ray = import_ray()
