@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sesame.tasks.inputs.data_files import check_data_file
+from sesame.tasks.inputs.data_files import check_data_file, check_json_lines
 from sesame.tasks.core.errors import DataError
 from sesame.tasks.glue.specs import GlueTaskSpec
 
@@ -172,6 +172,8 @@ def read_table(
             kwargs["converters"] = {label_column: str}  # as written: "1|2", "3" and "" alike
     else:
         raise DataError(f"{path}: unknown format {suffix!r}; use .csv, .tsv or .jsonl")
+    if builder == "json":
+        check_json_lines(path, f"the columns {', '.join(repr(c) for c in (text_column, text_pair_column, label_column) if c)}")
     import datasets
 
     try:

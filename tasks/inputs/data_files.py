@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import json
 import os
 from pathlib import Path
 
@@ -62,3 +63,26 @@ def _data_dir_hint(path: Path, key: str) -> str:
     return (f". This data preset reads files under ${DATA_DIR_ENV} ({source}). Fix: put {relative.as_posix()} "
             f"there, or set {DATA_DIR_ENV} to the folder that holds {relative.parts[0]}/ (docs/configuration.md, "
             f"section 'Data', lists the files each preset expects), or set data.{key} to your copy")
+
+
+def check_json_lines(path: Path, expected: str) -> None:
+    """A :class:`DataError` naming the first line of ``path`` that is not one JSON object (``expected``: what
+    the object holds, for the message). Read here, by Python, before ``datasets`` hands the file to pyarrow's
+    JSON reader: pyarrow's messages name no line, and long fuzzing runs saw that reader end the whole process
+    (a segmentation fault) on broken input, which a readable error never may."""
+    with path.open(encoding="utf-8-sig") as handle:
+        for n, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line, parse_constant=_no_json_constant)
+            except ValueError as err:  # json.JSONDecodeError is one, and NaN / Infinity
+                reason = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+                raise DataError(f"{path}:{n}: not valid JSON ({reason}); each line must be one JSON object "
+                                f"with {expected}") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{n}: a JSON {type(record).__name__}, not an object with {expected}")
+
+
+def _no_json_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON value")

@@ -10,11 +10,10 @@ in ``tasks/ner/tags.py``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sesame.tasks.inputs.data_files import check_data_file
+from sesame.tasks.inputs.data_files import check_data_file, check_json_lines
 from sesame.tasks.core.errors import ConfigError, DataError, UserError
 
 DOCSTART = "-DOCSTART-"
@@ -127,30 +126,17 @@ def _json_line_numbers(path: Path) -> list[int]:
         return [n for n, line in enumerate(handle, start=1) if line.strip()]
 
 
-def _first_bad_json_line(path: Path) -> str:
-    """An error message naming the first line of ``path`` that is not one JSON object."""
-    with path.open(encoding="utf-8-sig") as handle:
-        for n, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                return f"{path}:{n}: not valid JSON ({err.msg}); each line must be one JSON object"
-            if not isinstance(record, dict):
-                return f"{path}:{n}: a JSON {type(record).__name__}, not an object with 'tokens' and 'tags'"
-    return f"{path}: could not be read as JSON lines"
-
-
 def read_jsonl(path: str | Path) -> NerExamples:
     """Read JSON lines ``{"tokens": [str, ...], "tags": [str, ...]}`` via ``datasets``."""
     path = Path(path)
+    check_json_lines(path, "'tokens' and 'tags'")
     try:
         import datasets
 
         ds = datasets.load_dataset("json", data_files=str(path), split="train")
-    except Exception as err:  # the datasets / pyarrow error does not say which line
-        raise DataError(_first_bad_json_line(path)) from err
+    except Exception as err:  # valid JSON lines pyarrow still refuses (mixed types across lines)
+        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise DataError(f"{path}: could not be read as JSON lines: {said[:300]}") from err
     missing = [c for c in ("tokens", "tags") if c not in ds.column_names]
     if missing:
         extra = " (tag ids such as 'ner_tags' must be written out as tag strings)" if "ner_tags" in ds.column_names else ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sesame.tasks.core.errors import DataError
-from sesame.tasks.inputs.data_files import check_data_file, check_utf8
+from sesame.tasks.inputs.data_files import check_data_file, check_json_lines, check_utf8
 
 
 @pytest.mark.parametrize("data, line, column, byte", [
@@ -27,3 +27,18 @@ def test_utf8_with_a_byte_order_mark_and_any_script_is_read(tmp_path):
     path = tmp_path / "train.tsv"
     path.write_bytes("\ufeffsentence\tlabel\n\u4e2d\u6587 \U0001f600 caf\u00e9\t1\n".encode())
     assert check_data_file(path, "train_file") == path
+
+
+@pytest.mark.parametrize("lines, said", [
+    (['{"text": "a", "label": 1}', '{"text": "b", "label": 1'], ":2: not valid JSON"),
+    (['{"text": "a", "label": NaN}'], ":1: not valid JSON (NaN is not a JSON value)"),
+    (['', '["text", "a"]'], ":2: a JSON list, not an object with 'text' and 'label'"),
+])
+def test_json_lines_are_checked_line_by_line_before_pyarrow_reads_them(tmp_path, lines, said):
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        check_json_lines(path, "'text' and 'label'")
+    assert str(info.value).startswith(str(path)) and said in str(info.value)
+    path.write_text('{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n', encoding="utf-8")
+    check_json_lines(path, "'text' and 'label'")  # valid lines pass (blank lines skipped)
