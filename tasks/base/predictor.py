@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
+from sesame.tasks.inputs.data_files import reject_json_constant
 from sesame.tasks.base.run_settings import RunSettings, task_class
 from sesame.tasks.core.errors import ConfigError, DataError
 from sesame.tasks.inputs.batching import LengthSortedSampler, example_size
@@ -170,7 +171,7 @@ class TaskPredictor:
                 continue
             where = f"{source}, line {number}"
             try:
-                record = json.loads(line, parse_constant=_not_json_constant)
+                record = json.loads(line, parse_constant=reject_json_constant)
             except json.JSONDecodeError as err:
                 raise DataError(f"{where}: not JSON ({err.msg} at column {err.colno}). Fix: give one JSON object "
                                 f"per line, e.g. {self.input_example}") from None
@@ -229,8 +230,3 @@ class TaskPredictor:
             index = np.asarray(order[lo: lo + self.batch_size], dtype=np.int64)
             batch = collate([features[i] for i in index])
             yield index, batch, self.runner({k: batch[k] for k in inputs if k in batch})
-
-
-def _not_json_constant(name: str) -> Any:
-    """``json.loads``' hook for ``NaN``, ``Infinity`` and ``-Infinity``, which Python accepts and JSON does not."""
-    raise ValueError(f"{name} is not a JSON value")

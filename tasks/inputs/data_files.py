@@ -75,7 +75,7 @@ def check_json_lines(path: Path, expected: str) -> None:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line, parse_constant=_no_json_constant)
+                record = json.loads(line, parse_constant=reject_json_constant)
             except ValueError as err:  # json.JSONDecodeError is one, and NaN / Infinity
                 reason = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
                 raise DataError(f"{path}:{n}: not valid JSON ({reason}); each line must be one JSON object "
@@ -84,5 +84,7 @@ def check_json_lines(path: Path, expected: str) -> None:
                 raise DataError(f"{path}:{n}: a JSON {type(record).__name__}, not an object with {expected}")
 
 
-def _no_json_constant(name: str) -> None:
+def reject_json_constant(name: str) -> None:
+    """``json.loads``' ``parse_constant`` hook: ``NaN``, ``Infinity`` and ``-Infinity``, which Python reads and
+    JSON has none of, are a ValueError."""
     raise ValueError(f"{name} is not a JSON value")
