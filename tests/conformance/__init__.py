@@ -6,7 +6,7 @@ The checks (one test each, per task; a test id ends in the task's name):
 - ``test_training.py``: evaluating the saved model (``sesame-eval``) gives the training metrics (every
   ``val_*`` exactly) and the same prediction files; a run SIGKILLed mid-epoch and resumed ends
   bit-identical to the uninterrupted one (metrics and prediction files); two DDP processes (gloo, CPU)
-  train on the single process's batches, split per rank, and end with its weights and metrics (1e-6)
+  train on the single process's batches, split per rank, and end with its weights (1e-6, or what the task declares) and metrics
   and its prediction files (their numbers to 1e-5); a frozen run with the feature cache equals one
   without, and a second cached run never runs the encoder.
 - ``test_predict.py``: ``Predictor.from_run`` (the network alone, no Lightning) and a predictor over the
@@ -39,6 +39,7 @@ package without the file) runs every check on the suite's defaults (:data:`specs
         truncated: "..."
       ddp:                            # what one and two processes may not agree on, and why
         noise_parameters: [head.qa_outputs.bias]   # weights left out of the 1e-6 comparison
+        weights_atol: 1e-5                         # the comparison's tolerance for the others (1e-6 unless given)
         unequal_metrics: [val_loss]
         unequal_files: [nbest_predictions.json]
         reason: "..."

@@ -45,7 +45,9 @@ REFUSABLE = ("feature_cache", "hf_export", "onnx_export", "int8", "prune", "dist
 #: The generic corruptions of a training file (``test_bad_lines.py``); ``bad_lines:`` may replace one.
 CORRUPTIONS = ("garbage_line", "truncated")
 KEYS = {"overrides", "predict", "refuses", "bad_lines", "ddp"}
-DDP_KEYS = {"noise_parameters", "unequal_metrics", "unequal_files", "reason"}
+DDP_KEYS = {"noise_parameters", "weights_atol", "unequal_metrics", "unequal_files", "reason"}
+#: How far apart one and two processes' weights may end (each parameter, absolute), unless a task declares more.
+DDP_WEIGHTS_ATOL = 1e-6
 
 #: ``predict``'s function: (folder holding an evaluation's prediction files, the trained config) ->
 #: [(a predictor input, the fields its output must have, as those files give them)], one per dev example.
@@ -64,6 +66,7 @@ class TaskSpec:
     refuses: Mapping[str, str] = field(default_factory=dict)
     bad_lines: Mapping[str, str] = field(default_factory=dict)
     ddp_noise_parameters: tuple[str, ...] = ()
+    ddp_weights_atol: float = DDP_WEIGHTS_ATOL
     ddp_unequal_metrics: tuple[str, ...] = ()
     ddp_unequal_files: tuple[str, ...] = ()
 
@@ -131,6 +134,7 @@ def discover(configs: Path = TASK_CONFIGS, tests: Path = TASK_TESTS) -> list[Tas
             overrides=tuple(block.get("overrides") or ()), predict=block.get("predict"),
             refuses=dict(block.get("refuses") or {}), bad_lines=dict(block.get("bad_lines") or {}),
             ddp_noise_parameters=tuple(ddp.get("noise_parameters") or ()),
+            ddp_weights_atol=float(ddp.get("weights_atol", DDP_WEIGHTS_ATOL)),
             ddp_unequal_metrics=tuple(ddp.get("unequal_metrics") or ()),
             ddp_unequal_files=tuple(ddp.get("unequal_files") or ()),
         ))

@@ -113,7 +113,7 @@ def test_two_ddp_processes_train_on_the_single_process_batches_and_end_with_its_
     assert set(spec.ddp_noise_parameters) <= weights[0].keys(), "a declared parameter the model does not have"
     for key, value in weights[0].items():
         if key not in spec.ddp_noise_parameters:
-            torch.testing.assert_close(weights[1][key], value, rtol=0, atol=1e-6, msg=key)
+            torch.testing.assert_close(weights[1][key], value, rtol=0, atol=spec.ddp_weights_atol, msg=key)
     assert two["val_examples_scored"] == one["val_examples_scored"] == one["val_examples_total"] == DDP_EVAL_EXAMPLES
     compared = [k for k in one if k.startswith("val_") and k not in spec.ddp_unequal_metrics]
     assert_same_metrics(two, one, keys=compared)
