@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.runs.runner import train
+from tests import preloaded_commands as preloaded
 
 SQUAD_OK = {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
     {"id": "q1", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]}]}]}]}
@@ -154,7 +154,7 @@ def test_a_full_data_preset_without_its_files_names_sesame_data_dir(make_cfg, tm
     [("fusion=penultimate", ["fusion", "penultimate"]), ("trainer.max_epoch=3", ["max_epoch"]), ("finetune.lr=1", ["lr"])],
 )
 def test_bad_config_keys_are_named_by_hydra(tmp_path, override, words):
-    out = subprocess.run(
+    out = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", override, f"hydra.run.dir={tmp_path}"],
         capture_output=True, text=True,
     )
@@ -175,7 +175,7 @@ def test_sesame_eval_without_a_model_names_the_key(make_cfg, tmp_path, capsys):
 def test_a_stale_lock_of_a_killed_run_is_taken_over(make_cfg, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = preloaded.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (run_dir / ".sesame.lock").write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
     train(RunSettings.from_config(make_cfg("data.max_train_examples=8", "data.max_eval_examples=8")), run_dir)
     assert (run_dir / "metrics.json").is_file() and not (run_dir / ".sesame.lock").exists()
@@ -204,20 +204,20 @@ def test_a_command_that_fails_before_writing_leaves_no_folder_and_a_run_folder_i
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     base = [f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "data.max_train_examples=8", "data.max_eval_examples=8"]
     new = tmp_path / "outputs" / "glue" / "now"
-    bad = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, "data.batch_size=0",
+    bad = preloaded.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, "data.batch_size=0",
                           f"hydra.run.dir={new}"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "data.batch_size=0" in bad.stderr, bad.stderr[-2000:]
     assert not new.exists() and (tmp_path / "outputs" / "glue").is_dir()  # only the folder Hydra made for the job
     # a refused rerun into a folder that holds a run changes nothing there
     run = tmp_path / "run"
-    ok = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, f"hydra.run.dir={run}"],
+    ok = preloaded.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, f"hydra.run.dir={run}"],
                         capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "Loading weights" not in ok.stderr  # transformers' own progress bar for a sub-second load: off
-    again = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, "data.batch_size=0",
+    again = preloaded.run([sys.executable, "-m", "sesame.tasks.cli.train", *base, "data.batch_size=0",
                             f"hydra.run.dir={run}"], capture_output=True, text=True, env=env)
     assert again.returncode == 2 and (run / "metrics.json").is_file() and (run / "checkpoints" / "best.ckpt").is_file()
     evaluated = tmp_path / "eval"
-    failed_eval = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'no-such-run'}",
+    failed_eval = preloaded.run([sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'no-such-run'}",
                                   f"hydra.run.dir={evaluated}"], capture_output=True, text=True, env=env)
     assert failed_eval.returncode == 2 and not evaluated.exists(), failed_eval.stderr[-2000:]

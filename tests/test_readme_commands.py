@@ -33,6 +33,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,6 +45,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from tests.benchmarks import load_benchmark
+from tests.preloaded_commands import command_server
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -342,8 +344,12 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def _shell(line: str, workspace: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", line], cwd=workspace, env=_env(workspace.parent), capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(["bash", "-c", line], cwd=workspace, env=SERVED[workspace], capture_output=True, text=True,
+                          timeout=600)
+
+
+#: The environment of a workspace's commands: sesame's console scripts served preloaded (tests/preloaded_commands.py).
+SERVED: dict[Path, dict[str, str]] = {}
 
 
 def _limits(words: list[str], limits: dict[str, str], tiny: Path) -> list[str]:
@@ -374,13 +380,19 @@ def with_limits(command: Command, tiny: Path, n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def workspace(tiny_bert_dir, tmp_path_factory) -> Path:
+def workspace(tiny_bert_dir, tmp_path_factory) -> Iterator[Path]:
     """A folder like a fresh clone's root (``data/``, ``benchmarks/``) holding a tiny GLUE sweep
     (``multirun/glue/sweep``, ``pooling=pooler,cls``: its first job is ``outputs/glue/run``, as ``make run``
     makes one (``pooling=pooler``, the default, which ``--format hf`` exports)) and tiny SQuAD, NER and
     multiple-choice runs (``outputs/<task>/run``)."""
     workspace = tmp_path_factory.mktemp("readme") / "clone"
     workspace.mkdir()
+    with command_server(workspace.parent / "commands", _env(workspace.parent)) as SERVED[workspace]:
+        yield _made(workspace, tiny_bert_dir)
+    del SERVED[workspace]
+
+
+def _made(workspace: Path, tiny_bert_dir: Path) -> Path:
     for folder in ("data", "benchmarks"):
         (workspace / folder).symlink_to(REPO / folder)
     limits = " ".join(_limits([], TRAIN_LIMITS, tiny_bert_dir) + ["trainer.log_every_n_steps=1"])

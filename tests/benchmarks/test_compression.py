@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import preloaded_commands as preloaded
 from tests.conftest import SST2_DEV, build_tiny_bert, prediction_accuracy, require
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "compression.py"
@@ -18,7 +19,7 @@ ONNX = {"int8_onnx", "pruned_int8_onnx", "pipeline"}
 def _bench(encoder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(SCRIPT), "--quick", "--tasks", "sst2", "--encoder", str(encoder), "--out", str(out),
            "--rounds", "1", "--batches", "2", "--sst2-override", "data.max_eval_examples=32", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True)
+    return preloaded.run(cmd, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

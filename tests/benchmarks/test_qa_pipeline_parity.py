@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.tasks.qa.conftest import DEV_V1
+from tests import preloaded_commands as preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "qa_pipeline_parity.py"
@@ -37,7 +37,7 @@ pytestmark = [
 def run_parity(tmp_path: Path, *args: str) -> list[dict]:
     out = tmp_path / "report.json"
     env = {**os.environ, "SESAME_TF4_PYTHON": str(_tf4_python())}
-    proc = subprocess.run(
+    proc = preloaded.run(
         [sys.executable, str(SCRIPT), "--data", str(DEV_V1), "--json-out", str(out), *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=1800,
     )

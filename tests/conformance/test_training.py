@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -22,6 +21,7 @@ from tests.conformance.checks import assert_same_metrics, assert_same_text, metr
 from tests.conformance.conftest import MAKE_CFG_BASE
 from tests.conformance.specs import SPECS, TINY_RUN
 from tests.tasks.runs.scripted_run import SCRIPTED_RUN, RecordBatches
+from tests import preloaded_commands as preloaded
 
 TASKS = pytest.mark.parametrize("spec", SPECS, ids=str)
 
@@ -51,7 +51,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_metrics_and_fi
                                                                                       tmp_path):
     straight = trained(spec)
     run = tmp_path / "killed"
-    killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *MAKE_CFG_BASE, *spec.run_overrides(encoder)],
+    killed = preloaded.run([sys.executable, SCRIPTED_RUN, str(run), *MAKE_CFG_BASE, *spec.run_overrides(encoder)],
                             env={**os.environ, "KILL": KILL}, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not (run / "metrics.json").exists()
@@ -94,7 +94,7 @@ def test_two_ddp_processes_train_on_the_single_process_batches_and_end_with_its_
     monkeypatch.setattr(runner, "build_trainer", lambda cfg, run_dir, monitor, extra=None, **kw: build(
         cfg, run_dir, monitor, [*(extra or []), recorder], **kw))
     one = train(RunSettings.from_config(task_cfg(spec, *overrides, f"data.batch_size={GLOBAL_BATCH}", encoder_dir=still_encoder)), tmp_path / "one")
-    done = subprocess.run(
+    done = preloaded.run(
         [sys.executable, SCRIPTED_RUN, str(tmp_path / "two"), *MAKE_CFG_BASE,
          *spec.run_overrides(still_encoder, *overrides, f"data.batch_size={GLOBAL_BATCH // 2}", *DDP)],
         capture_output=True, text=True, timeout=600, env={**os.environ, "RECORD_BATCHES": "1"})

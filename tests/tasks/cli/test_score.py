@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from sesame.tasks.cli.score import main
 from sesame.tasks.qa.metrics import gold_from_dataset, squad_v1, squad_v2
+from tests import preloaded_commands as preloaded
 
 
 def run(capsys, *argv):
@@ -120,9 +120,9 @@ def test_unanswerable_v2_questions_score(capsys, write_json, fields):
 
 
 def test_help_and_entry_point():
-    out = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.score", "--help"], capture_output=True, text=True)
+    out = preloaded.run([sys.executable, "-m", "sesame.tasks.cli.score", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     for text in ("squad_v1", "--na-prob-file", "--na-prob-thresh", "PREDICTIONS.json", "best_f1_thresh"):
         assert text in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "sesame.tasks.cli.score", "squad_v9", "p", "d"], capture_output=True, text=True)
+    bad = preloaded.run([sys.executable, "-m", "sesame.tasks.cli.score", "squad_v9", "p", "d"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr

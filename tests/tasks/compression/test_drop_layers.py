@@ -1,7 +1,6 @@
 """drop-layers: layer selection, the student encoder folder, and the student task model with the teacher's head."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ from sesame.tasks.compression.drop_layers import drop_layers, select_layers
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.runs.runner import train
 from tests.conftest import prediction_accuracy, read_conll_predictions
+from tests import preloaded_commands as preloaded
 
 PREDICTIONS = {"glue": "val_SST-2.tsv", "ner": "val_predictions.conll"}
 MAIN_METRIC = {"glue": "val_accuracy", "ner": "val_f1"}
@@ -78,7 +78,7 @@ def test_from_a_run_the_student_takes_the_fine_tuned_layers_and_the_head(make_cf
     run = tmp_path / "run"
     trained = train(RunSettings.from_config(make_cfg(f"task={task}", "data.max_eval_examples=32")), run)
     teacher = load_trained(run).module
-    out = subprocess.run(
+    out = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.compress", "drop-layers", str(run), str(tmp_path / "s"), "--keep", "bottom", "--num-layers", "3"],
         capture_output=True, text=True, check=True,
     )

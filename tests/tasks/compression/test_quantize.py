@@ -1,7 +1,6 @@
 """Dynamic int8 quantisation: close logits, every linear layer converted, evaluation through sesame-eval."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ from sesame.tasks.saved.int8 import count_quantized_linear, is_quantized
 from sesame.tasks.compression.quantize import quantize_checkpoint
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.runs.runner import train
+from tests import preloaded_commands as preloaded
 
 # Every linear layer converted, the outputs close to the float model's and not equal to them, for every
 # task's trained run: tests/conformance/test_compression.py.
@@ -43,11 +43,11 @@ def test_a_quantized_checkpoint_evaluates_through_sesame_eval(make_cfg, glue_run
 def test_the_console_script_quantizes_and_refuses_twice(glue_run, tmp_path):
     run, _ = glue_run
     cmd = [sys.executable, "-m", "sesame.tasks.cli.compress", "quantize"]
-    out = subprocess.run([*cmd, str(run), str(tmp_path / "q")], capture_output=True, text=True, check=True)
+    out = preloaded.run([*cmd, str(run), str(tmp_path / "q")], capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)
     assert report["method"] == "dynamic_int8" and (tmp_path / "q" / "checkpoints" / "best.ckpt").is_file()
     assert json.loads((tmp_path / "q" / "compression.json").read_text()) == report
-    again = subprocess.run([*cmd, str(tmp_path / "q"), str(tmp_path / "qq")], capture_output=True, text=True)
+    again = preloaded.run([*cmd, str(tmp_path / "q"), str(tmp_path / "qq")], capture_output=True, text=True)
     assert again.returncode == 2 and "already quantised" in again.stderr
 
 

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -15,10 +14,11 @@ from sesame.tasks.runs import runner
 from sesame.tasks.core.distributed import gather_rows
 from sesame.tasks.runs.runner import train
 from tests.tasks.runs.scripted_run import SCRIPTED_RUN, RecordBatches
+from tests import preloaded_commands as preloaded
 
 
 def _eval(run, out, tiny_bert_dir, task, *extra):
-    subprocess.run(
+    preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.eval", f"task={task}", f"model={run}",
          f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.limit_val_batches=null",
          "trainer.enable_progress_bar=false", "data.max_eval_examples=41", "data.eval_batch_size=8",
@@ -63,7 +63,7 @@ def recorded_run(run, encoder, *overrides):
     """A run in a fresh process (``tests/tasks/runs/scripted_run.py``) whose ranks record their training batches."""
     base = ["trainer=debug", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
             f"encoder.name_or_path={encoder}"]
-    done = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *overrides], capture_output=True, text=True,
+    done = preloaded.run([sys.executable, SCRIPTED_RUN, str(run), *base, *overrides], capture_output=True, text=True,
                           timeout=600, env={**os.environ, "RECORD_BATCHES": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((run / "metrics.json").read_text())
@@ -123,7 +123,7 @@ def test_ddp_training_on_two_processes_sees_the_length_grouped_batches_and_metri
 
 
 def test_a_ddp_sweep_runs_each_job_once_per_rank_and_writes_once(tiny_bert_dir, tmp_path):
-    out = subprocess.run(
+    out = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "pooling=cls,mean",
          f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.enable_progress_bar=false",
          "data.max_train_examples=16", "data.batch_size=8", "data.max_eval_examples=8", "trainer.strategy=ddp", "trainer.devices=2",

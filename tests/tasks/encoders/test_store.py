@@ -17,6 +17,7 @@ from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.runs.runner import train
 from sesame.tasks.saved.trained_overrides import apply_overrides, override_keys
 from tests.conftest import require
+from tests import preloaded_commands as preloaded
 
 SMALL = ["data.max_train_examples=64", "data.max_eval_examples=48"]
 
@@ -104,11 +105,10 @@ def test_head_overrides_apply_to_decoding_settings_only():
 def test_a_frozen_sweep_stores_its_encoder_once_and_each_job_folder_still_stands_alone(tiny_bert_dir, tmp_path):
     import hashlib
     import os
-    import subprocess
     import sys
 
     sweep = tmp_path / "sweep"
-    subprocess.run(
+    preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "pooling=cls,mean", "finetune=frozen",
          f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.enable_progress_bar=false",
          *SMALL, f"hydra.sweep.dir={sweep}"],

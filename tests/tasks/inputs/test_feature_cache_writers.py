@@ -20,6 +20,7 @@ from sesame.tasks.core.shared_writes import staging_name
 from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.inputs.feature_cache import build_or_open, entry_problem, list_entries
 from tests.tasks.inputs.cache_writer import batches
+from tests import preloaded_commands as preloaded
 
 WRITER = Path(__file__).with_name("cache_writer.py")
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _writer(encoder_dir: Path, cache_dir: Path, *flags: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, str(WRITER), str(encoder_dir), str(cache_dir), *flags], env=env,
+    return preloaded.popen([sys.executable, str(WRITER), str(encoder_dir), str(cache_dir), *flags], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

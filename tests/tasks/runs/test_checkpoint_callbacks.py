@@ -5,7 +5,6 @@ ends exactly like an uninterrupted run: the same metrics and the same prediction
 import errno
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -17,6 +16,7 @@ from sesame.tasks.cli.errors import user_errors_are_messages
 from sesame.tasks.core.errors import MissingFileError
 from sesame.tasks.runs.runner import train
 from tests.tasks.runs.scripted_run import SCRIPTED_RUN  # a run that kills itself where $KILL says
+from tests import preloaded_commands as preloaded
 
 # 48 examples in batches of 8: 6 steps an epoch, 2 epochs, a periodic checkpoint every 2 steps.
 OVERRIDES = [
@@ -52,7 +52,7 @@ SIGTERM_SAVED_AT = {"train:3:SIGTERM": 3, "train:6:SIGTERM": 6, "validation:6:SI
 def test_killed_and_resumed_matches_an_uninterrupted_run(make_cfg, tiny_bert_dir, tmp_path, straight, kill):
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *OVERRIDES, *KILLED_ONLY.get(kill, [])],
+    killed = preloaded.run([sys.executable, SCRIPTED_RUN, str(run), *base, *OVERRIDES, *KILLED_ONLY.get(kill, [])],
                             env={**os.environ, "KILL": kill}, capture_output=True, text=True)
     assert killed.returncode == EXIT_CODES[kill.split(":")[2]], killed.stderr[-2000:]
     assert not (run / "metrics.json").exists()
@@ -75,7 +75,7 @@ def test_a_top_k_run_resumes_exactly_from_checkpoints_without_its_frozen_weights
     metrics = train(RunSettings.from_config(make_cfg(*overrides)), tmp_path / "straight")
     run = tmp_path / "killed"
     base = ["trainer=debug", "trainer.enable_progress_bar=false", f"encoder.name_or_path={tiny_bert_dir}"]
-    killed = subprocess.run([sys.executable, SCRIPTED_RUN, str(run), *base, *overrides],
+    killed = preloaded.run([sys.executable, SCRIPTED_RUN, str(run), *base, *overrides],
                             env={**os.environ, "KILL": "train:3:SIGKILL"}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "sesame_frozen_encoder" in torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -154,7 +154,7 @@ def test_two_ddp_processes_killed_mid_epoch_resume_exactly(tiny_bert_dir, tmp_pa
 
     def run(folder, *extra, kill=None):
         env = {**os.environ, **({"KILL": kill} if kill else {})}
-        return subprocess.run([sys.executable, SCRIPTED_RUN, str(folder), *overrides, *extra], env=env,
+        return preloaded.run([sys.executable, SCRIPTED_RUN, str(folder), *overrides, *extra], env=env,
                               capture_output=True, text=True, timeout=600)
 
     straight = run(tmp_path / "straight")

@@ -1,7 +1,6 @@
 """sesame-eval: a trained checkpoint and a Hugging Face model folder give metrics and predictions."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +10,7 @@ from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.runs.evaluation import evaluate
 from sesame.tasks.runs.runner import train
 from tests.conftest import SST2_DEV, prediction_accuracy
+from tests import preloaded_commands as preloaded
 
 
 # A run folder evaluates to its run's metrics and prediction files, for every task: tests/conformance/test_training.py.
@@ -55,7 +55,7 @@ def test_a_hugging_face_classifier_folder_evaluates(make_cfg, tiny_bert_dir, tmp
 
 def test_the_console_script_prints_the_run_folder_last(make_cfg, tmp_path, tiny_bert_dir):
     train(RunSettings.from_config(make_cfg()), tmp_path / "run")
-    out = subprocess.run(
+    out = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'run'}", f"encoder.name_or_path={tiny_bert_dir}",
          "trainer=debug", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'eval'}"],
         capture_output=True, text=True, check=True,
@@ -65,7 +65,7 @@ def test_the_console_script_prints_the_run_folder_last(make_cfg, tmp_path, tiny_
 
 
 def test_a_missing_checkpoint_is_one_clear_line(tmp_path):
-    out = subprocess.run(
+    out = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.eval", f"model={tmp_path / 'nope'}", f"hydra.run.dir={tmp_path / 'e'}"],
         capture_output=True, text=True,
     )

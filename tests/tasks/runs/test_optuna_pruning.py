@@ -3,20 +3,20 @@
 import csv
 import fcntl
 import json
-import subprocess
 import sys
 
 import pytest
 import yaml
 
 from tests.conftest import require
+from tests import preloaded_commands as preloaded
 
 LEDGER = "optuna_trials.json"
 
 
 def _search(tmp_path, tiny_bert_dir, sweep, *extra, launcher=()):
     """A pruning search over pooling (tiny encoder, frozen + feature cache, 32 examples: one step an epoch)."""
-    return subprocess.run(
+    return preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "hydra/sweeper=pruning_optuna", *launcher,
          "finetune=frozen", "cache.enabled=true", "cache.layers=all", f"cache.dir={tmp_path / 'cache'}",
          f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.max_epochs=3",

@@ -22,6 +22,7 @@ from sesame.tasks.cli.ray_sweep import RaySettings, read_attempts
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.runs.sweep_report import finish_command, missing_jobs
 from tests.conftest import require
+from tests import preloaded_commands as preloaded
 
 SEEDS = "seed=1,2,3,4"
 #: Four short jobs: 64 examples in batches of 16, 2 epochs of the debug trainer's 4 batches.
@@ -45,7 +46,7 @@ def basic_sweep(tiny_bert_dir, tmp_path_factory) -> tuple[subprocess.Popen, Path
     require("ray")
     folder = tmp_path_factory.mktemp("basic")
     with (folder.parent / "basic.err").open("w") as err:  # a file, not a pipe nobody reads while it runs
-        process = subprocess.Popen(sweep_command(tiny_bert_dir, folder / "sweep"), stdout=subprocess.DEVNULL, stderr=err)
+        process = preloaded.popen(sweep_command(tiny_bert_dir, folder / "sweep"), stdout=subprocess.DEVNULL, stderr=err)
     yield process, folder
     process.kill()
     process.wait()
@@ -91,7 +92,7 @@ def ray_sweep(cluster, tiny_bert_dir, tmp_path_factory) -> RaySweep:
     ray_cluster, worker, doomed = cluster
     folder = tmp_path_factory.mktemp("ray") / "sweep"
     command = sweep_command(tiny_bert_dir, folder, "hydra/launcher=ray", f"hydra.launcher.address={ray_cluster.address}")
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as driver:
+    with preloaded.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as driver:
         deadline, victim = time.monotonic() + 300, None
         while victim is None and driver.poll() is None and time.monotonic() < deadline:
             victim = next((job for job in "0123" if any(a["node_id"] == doomed.node_id
@@ -168,7 +169,7 @@ def test_the_report_lists_jobs_that_did_not_finish_and_how_to_finish_them(ray_sw
 
 def test_an_unreachable_cluster_is_one_error_line_and_exit_2(tmp_path):
     require("ray")
-    done = subprocess.run(
+    done = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "seed=1,2", "hydra/launcher=ray",
          "hydra.launcher.address=127.0.0.1:1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         capture_output=True, text=True, timeout=120)

@@ -16,12 +16,13 @@ from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.runs.run_lock import LOCK_NAME
 from sesame.tasks.runs.runner import train
+from tests import preloaded_commands as preloaded
 
 TINY = ["data.max_train_examples=8", "data.max_eval_examples=8"]
 
 
 def _train_cli(run: Path, encoder: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", f"encoder.name_or_path={encoder}", "trainer=debug",
          "trainer.enable_progress_bar=false", *TINY, f"hydra.run.dir={run}", *extra],
         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},

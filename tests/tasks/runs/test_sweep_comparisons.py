@@ -24,6 +24,7 @@ from sesame.tasks.runs.sweep_comparisons import pick_baseline
 from tests.conftest import require
 from sesame.tasks.runs.sweep_report import Variant, read_jobs, variants, write_table_report
 from tests.conftest import tsv_labels
+from tests import preloaded_commands as preloaded
 
 GOLD = np.asarray(tsv_labels(), dtype=int)  # the shipped SST-2 dev set: 872 sentences
 ACCURACY = {"cls": 0.80, "mean": 0.88, "max": 0.80}
@@ -187,11 +188,10 @@ def test_the_baseline_is_picked_by_its_settings():
 def test_a_real_layer_study_sweep_is_compared_sentence_by_sentence(tiny_bert_dir, tmp_path):
     """The NER layer study's shape (conf/layer_study/, one seed a variant) on the WNUT-17 slice and the tiny
     encoder: the per-example column comes from each run's val_predictions.conll."""
-    import subprocess
     import sys
 
     sweep = tmp_path / "sweep"
-    subprocess.run(
+    preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "task=ner",
          "+layer_study=last,second_to_last,full_last", f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug",
          "trainer.enable_progress_bar=false", "data.max_eval_examples=40", "finetune.head_lr=0.05",

@@ -3,7 +3,6 @@
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.runs.sweep_report import (Variant, bar_figure, curve_figure, main_metric, read_curves, read_jobs, read_log,
                                        smooth, variants, write_table_report)
 from tests.conftest import require
+from tests import preloaded_commands as preloaded
 
 
 def _job(root, n, overrides, metrics, main_metric=None):
@@ -91,7 +91,7 @@ def test_unfinished_jobs_are_left_out_and_an_empty_sweep_is_an_error(tmp_path):
 
 def test_a_real_multirun_writes_every_job_folder_and_ends_with_the_sweep_summary(tiny_bert_dir, tmp_path, capsys):
     sweep = tmp_path / "sweep"
-    done = subprocess.run(
+    done = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "pooling=cls,mean", "finetune=frozen",
          f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.enable_progress_bar=false",
          "data.max_train_examples=64", "data.max_eval_examples=64", f"hydra.sweep.dir={sweep}"],
@@ -123,7 +123,7 @@ def test_a_real_multirun_writes_every_job_folder_and_ends_with_the_sweep_summary
 def test_optuna_search_runs_trials_and_reports_the_best(tiny_bert_dir, tmp_path):
     require("hydra_plugins.hydra_optuna_sweeper")
     sweep = tmp_path / "optuna"
-    subprocess.run(
+    preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "+experiment=optuna_sst2",
          "hydra.sweeper.n_trials=2", f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.max_epochs=1",
          "trainer.enable_progress_bar=false", "data.max_train_examples=32", "data.max_eval_examples=32",
@@ -140,7 +140,7 @@ def test_optuna_search_runs_trials_and_reports_the_best(tiny_bert_dir, tmp_path)
 def test_launcher_configs_compose(launcher, tmp_path):
     require("hydra_plugins.hydra_submitit_launcher")
     require("hydra_plugins.hydra_joblib_launcher")
-    out = subprocess.run(
+    out = preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", f"hydra/launcher={launcher}", "--cfg", "hydra"],
         check=True, capture_output=True, text=True,
     )
@@ -173,7 +173,7 @@ def _by_overrides(sweep):
 def init_sweep(tiny_bert_dir, tmp_path_factory):
     """A real tiny multirun: two inits x two seeds, train_loss logged at every step."""
     sweep = tmp_path_factory.mktemp("curves") / "sweep"
-    subprocess.run(
+    preloaded.run(
         [sys.executable, "-m", "sesame.tasks.cli.train", "--multirun", "encoder.init=pretrained,random", "seed=1,2",
          "finetune=frozen", f"encoder.name_or_path={tiny_bert_dir}", "trainer=debug", "trainer.log_every_n_steps=1",
          "trainer.enable_progress_bar=false", "data.max_train_examples=128", "data.max_eval_examples=32",

@@ -1,0 +1,296 @@
+"""Sesame's console scripts, run by the test suite from a process that has already imported sesame.
+
+A fresh ``sesame-train`` spends about four CPU seconds importing torch, Lightning, transformers and
+datasets before it reads its arguments; the suite runs well over a hundred such processes. A server
+started by :class:`CommandServer` imports them once and forks a child per command. The child is what a
+fresh process would be after its imports: it takes the command's argv, working directory, environment
+and standard streams, runs the console script's entry point (or ``python -m MODULE``, or ``python
+FILE``) and exits as the interpreter would (``SystemExit``, an uncaught exception, the atexit handlers, a
+signal). The command itself is a small client (tests/preloaded_client.py) that exits as its child does.
+
+Two ways in: the tests that run commands through a shell (the README's and the site's) put :func:`shims`
+first on ``PATH`` (:func:`command_server`), each ``sesame-*`` there a client; the others call :func:`run` or
+:func:`popen` as they would ``subprocess.run`` / ``subprocess.Popen`` with ``[sys.executable, "-m", MODULE,
+...]`` or ``[sys.executable, FILE, ...]``, served by one server per test process. Anything else (``-c``
+probes, other programs) runs as given.
+
+What a fork does not repeat is the import itself. Commands whose import-time behaviour is the point
+(``--help`` without torch, a bad setting reported before torch is imported) are tested in real fresh
+processes elsewhere (tests/tasks/cli/test_startup.py). The server declines, and the client runs the real
+script, when the command's environment differs from the server's in a variable other than
+:data:`PER_COMMAND` (imports read some, e.g. ``OMP_NUM_THREADS`` and the ``HF_*`` switches).
+
+Run as ``python -m tests.preloaded_commands SOCKET``: the server (stops when its parent does).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+CLIENT = Path(__file__).with_name("preloaded_client.py")
+ADDRESS = "SESAME_COMMAND_SERVER"
+#: Environment variables a command may set differently from the server's: read by sesame (or the tests'
+#: scripts) when it runs, not when it is imported, or a shell's own; and what a test process sets in its
+#: own environment as it goes, which its commands inherit: pytest's current test, Lightning's seed (read when
+#: a run seeds its workers), sklearn's KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK
+#: (Intel OpenMP's, which this torch does not load).
+PER_COMMAND = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PATH", "COLUMNS", "LINES", "SESAME_DATA_DIR", "SESAME_CACHE_DIR",
+                         "SESAME_TRACEBACK", "KILL", "RECORD_BATCHES", "PYTEST_CURRENT_TEST", "PL_GLOBAL_SEED",
+                         "PL_SEED_WORKERS", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
+#: The test process's environment as it started (tests/conftest.py's defaults set): the per-process server's.
+BASE_ENV = dict(os.environ)
+#: What the children import before any command: every console script's module and what a run imports later.
+PRELOAD = ("hydra", "omegaconf", "lightning", "transformers", "transformers.models.auto.modeling_auto",
+           "transformers.models.bert.modeling_bert", "peft", "accelerate", "safetensors.torch", "rich", "datasets", "sesame.tasks.runs.runner", "sesame.tasks.runs.evaluation",
+           "sesame.tasks.inference.predictor", "sesame.tasks.core.known_noise", "sesame.tasks.encoders.store",
+           "sesame.tasks.runs.run_lock")
+
+
+def console_scripts() -> dict[str, str]:
+    """``{sesame-train: "sesame.tasks.cli.train:main", ...}``: the installed package's console scripts."""
+    return {e.name: e.value for e in entry_points(group="console_scripts") if e.name.startswith("sesame-")}
+
+
+def shims(folder: Path) -> Path:
+    """``folder`` holding one executable per console script, each running :mod:`tests.preloaded_client`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in console_scripts():
+        shim = folder / name
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{CLIENT}" --script {name} "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return folder
+
+
+class CommandServer:
+    """A running server (``python -m tests.preloaded_commands``) with the environment ``env``; its
+    address goes to the commands as ``$SESAME_COMMAND_SERVER``."""
+
+    def __init__(self, folder: Path, env: Mapping[str, str]) -> None:
+        self.address = str(folder / "server.sock")
+        if len(self.address) > 100:  # an AF_UNIX address is at most 107 bytes
+            self.address = str(Path(tempfile.mkdtemp(prefix="sesame-commands-")) / "server.sock")
+        self.env = {**env, ADDRESS: self.address}
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.address)  # a stale one would be taken for this server's
+        self.log = open(folder / "server.log", "w")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.preloaded_commands", self.address],
+                                        cwd=Path(__file__).resolve().parents[1], env=self.env,
+                                        stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(self.address):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the command server did not start: {(folder / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+        self.log.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.address)
+
+
+@contextlib.contextmanager
+def command_server(folder: Path, env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """The environment for commands served preloaded: ``env`` with the shims first on ``PATH``."""
+    env = {**env, "PATH": f"{shims(folder / 'bin')}{os.pathsep}{env.get('PATH', '')}"}
+    server = CommandServer(folder, env)
+    try:
+        yield server.env
+    finally:
+        server.stop()
+
+
+_SERVER: CommandServer | None = None
+
+
+def preloaded(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str] | None]:
+    """``(argv, env)`` for ``subprocess``: ``[sys.executable, "-m", MODULE, ...]`` and ``[sys.executable,
+    FILE.py, ...]`` as clients of this process's server (started on first use), anything else as given."""
+    argv = [str(a) for a in argv]
+    if len(argv) < 2 or argv[0] != sys.executable or not (argv[1] == "-m" or argv[1].endswith(".py")):
+        return argv, None if env is None else dict(env)
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = CommandServer(Path(tempfile.mkdtemp(prefix="sesame-commands-")), BASE_ENV)
+        atexit.register(_SERVER.stop)
+    kind, target, rest = ("--module", argv[2], argv[3:]) if argv[1] == "-m" else ("--path", argv[1], argv[2:])
+    return [sys.executable, "-S", str(CLIENT), kind, target, *rest], {**(os.environ if env is None else env),
+                                                                      ADDRESS: _SERVER.address}
+
+
+def run(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, **kwargs)``, served preloaded (:func:`preloaded`)."""
+    argv, env = preloaded(argv, kwargs.pop("env", None))
+    return subprocess.run(argv, env=env, **kwargs)
+
+
+def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **kwargs)``, served preloaded (:func:`preloaded`)."""
+    argv, env = preloaded(argv, kwargs.pop("env", None))
+    return subprocess.Popen(argv, env=env, **kwargs)
+
+
+# --- the server -------------------------------------------------------------------------------------------------
+
+
+def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
+    _, fds, _, _ = socket.recv_fds(connection, 1, 3)
+    header = b""
+    while len(header) < 8:
+        header += connection.recv(8 - len(header))
+    size, body = struct.unpack("!Q", header)[0], b""
+    while len(body) < size:
+        body += connection.recv(size - len(body))
+    return json.loads(body), fds
+
+
+def _declined(request: dict, ours: Mapping[str, str]) -> list[str]:
+    """The environment variables where ``request`` differs from ``ours`` (the server's before its imports) in a way
+    imports may read."""
+    theirs = request["env"]
+    return sorted(k for k in set(theirs) | set(ours) if k not in PER_COMMAND and theirs.get(k) != ours.get(k))
+
+
+def _exit_code(code: object) -> int:
+    """What the interpreter exits with for ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _command(request: dict, scripts: dict[str, str]) -> object:
+    """Run the request's command as the interpreter would, to its exit code (what ``sys.exit`` was given)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    argv, kind, target = list(request["argv"]), request["kind"], request["target"]
+    try:
+        if kind == "script":  # a console script: sys.argv[0] its file, __main__ its module (no spec)
+            sys.argv, sys.path[0] = argv, os.path.dirname(argv[0])
+            main = type(sys)("__main__")
+            main.__file__, main.__spec__ = argv[0], None  # Lightning relaunches DDP ranks from __main__
+            sys.modules["__main__"] = main
+            module, function = scripts[target].split(":")
+            return getattr(importlib.import_module(module), function)()
+        if kind == "module":  # python -m: the module runs afresh as __main__, the working directory first on sys.path
+            sys.argv, sys.path[0] = [target, *argv[3:]], os.getcwd()
+            sys.modules.pop(target, None)  # as in a fresh process, where only its package was imported
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:  # python FILE: its folder first on sys.path
+            sys.argv, sys.path[0] = argv[1:], os.path.dirname(os.path.abspath(target))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exit_:
+        return exit_.code
+    except BaseException:  # noqa: BLE001 (the interpreter's own handling of an uncaught exception)
+        traceback.print_exc()
+        return 1
+    return None
+
+
+def _child(request: dict, fds: list[int], scripts: dict[str, str], imports_log: str) -> None:
+    """Become the command: never returns. What it imports beyond the preloaded modules goes to ``imports_log``
+    (where :data:`PRELOAD` could save the commands more)."""
+    code, before, start = 1, set(sys.modules), time.monotonic()
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        code = _exit_code(_command(request, scripts))
+        import threading
+
+        threading._shutdown()  # what the interpreter does before the atexit handlers: join non-daemon threads
+        atexit._run_exitfuncs()
+        new = sorted({name.split(".")[0] for name in set(sys.modules) - before})
+        with open(imports_log, "a") as log:
+            log.write(f"{time.monotonic() - start:6.1f} s  {request['target']} {' '.join(request['argv'][1:4])[:80]}: {new}\n")
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(address: str) -> None:
+    scripts = console_scripts()
+    environment = dict(os.environ)  # as the server started: imports set some (TORCHINDUCTOR_CACHE_DIR)
+    for module in {*PRELOAD, *(value.split(":")[0] for value in scripts.values())}:
+        importlib.import_module(module)
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # Hydra's scan of hydra_plugins (a launcher or sweeper is looked up there by name)
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address + ".tmp")
+    listener.listen(16)
+    os.rename(address + ".tmp", address)  # the address exists once the server listens
+    threads = [Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task")]
+    print(f"serving {sorted(scripts)} at {address} (threads after the imports: {threads})", flush=True)
+    running: dict[int, socket.socket] = {}
+    while os.getppid() == parent:
+        ready, _, _ = select.select([listener, *running.values()], [], [], 0.05)
+        for connection in ready:
+            if connection is listener:
+                client, _ = listener.accept()
+                request, fds = _receive(client)
+                if declined := _declined(request, environment):
+                    print(f"declined {request['argv'][:4]}: its environment differs in {declined}", flush=True)
+                    client.sendall(json.dumps({"fallback": True}).encode())
+                    client.close()
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    for other in running.values():
+                        other.close()
+                    client.close()
+                    _child(request, fds, scripts, address + ".imports")
+                for fd in fds:
+                    os.close(fd)
+                running[pid] = client
+            else:  # a client closed its end: it was killed; so is its command
+                pid = next(p for p, c in running.items() if c is connection)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        while running:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            client = running.pop(pid)
+            answer = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"code": os.WEXITSTATUS(status)}
+            with contextlib.suppress(OSError):
+                client.sendall(json.dumps(answer).encode())
+            client.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
