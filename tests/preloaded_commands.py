@@ -51,11 +51,13 @@ ADDRESS = "SESAME_COMMAND_SERVER"
 #: Environment variables a command may set differently from the server's: read by sesame (or the tests'
 #: scripts) when it runs, not when it is imported, or a shell's own; and what a test process sets in its
 #: own environment as it goes, which its commands inherit: pytest's current test, Lightning's seed (read when
-#: a run seeds its workers), sklearn's KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK
-#: (Intel OpenMP's, which this torch does not load).
+#: a run seeds its workers), sklearn's KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK (Intel OpenMP's, which
+#: this torch does not load), Ray's client mode and torch.compile's data-pointer switch (read by Ray, which
+#: is not preloaded, and by a compile when it runs).
 PER_COMMAND = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PATH", "COLUMNS", "LINES", "SESAME_DATA_DIR", "SESAME_CACHE_DIR",
                          "SESAME_TRACEBACK", "KILL", "RECORD_BATCHES", "PYTEST_CURRENT_TEST", "PL_GLOBAL_SEED",
-                         "PL_SEED_WORKERS", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
+                         "PL_SEED_WORKERS", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "RAY_CLIENT_MODE",
+                         "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"})
 #: The test process's environment as it started (tests/conftest.py's defaults set): the per-process server's.
 BASE_ENV = dict(os.environ)
 #: What the children import before any command: every console script's module and what a run imports later.
@@ -166,11 +168,12 @@ def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(body), fds
 
 
-def _declined(request: dict, ours: Mapping[str, str]) -> list[str]:
+def _declined(request: dict, ours: Mapping[str, str], set_by_imports: Mapping[str, str]) -> list[str]:
     """The environment variables where ``request`` differs from ``ours`` (the server's before its imports) in a way
-    imports may read."""
+    imports may read. What the imports set themselves (``set_by_imports``) they set in a fresh process too."""
     theirs = request["env"]
-    return sorted(k for k in set(theirs) | set(ours) if k not in PER_COMMAND and theirs.get(k) != ours.get(k))
+    return sorted(k for k in set(theirs) | set(ours)
+                  if k not in PER_COMMAND and k not in set_by_imports and theirs.get(k) != ours.get(k))
 
 
 def _exit_code(code: object) -> int:
@@ -244,6 +247,8 @@ def serve(address: str) -> None:
     from hydra.core.plugins import Plugins
 
     Plugins.instance()  # Hydra's scan of hydra_plugins (a launcher or sweeper is looked up there by name)
+    # e.g. Lightning's PYTORCH_NVML_BASED_CUDA_CHECK, torch's TORCHINDUCTOR_CACHE_DIR: a fresh process's imports set them
+    set_by_imports = {k: v for k, v in os.environ.items() if environment.get(k) != v}
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address + ".tmp")
@@ -258,7 +263,7 @@ def serve(address: str) -> None:
             if connection is listener:
                 client, _ = listener.accept()
                 request, fds = _receive(client)
-                if declined := _declined(request, environment):
+                if declined := _declined(request, environment, set_by_imports):
                     print(f"declined {request['argv'][:4]}: its environment differs in {declined}", flush=True)
                     client.sendall(json.dumps({"fallback": True}).encode())
                     client.close()
@@ -273,6 +278,7 @@ def serve(address: str) -> None:
                     for other in running.values():
                         other.close()
                     client.close()
+                    request["env"] = {**set_by_imports, **request["env"]}  # what its imports would have set
                     _child(request, fds, scripts, address + ".imports")
                 for fd in fds:
                     os.close(fd)

@@ -17,7 +17,7 @@ import __main__
 if sys.argv[1:2] == ["kill"]:
     os.kill(os.getpid(), signal.SIGKILL)
 print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "stdin": sys.stdin.read(),
-                  "env": os.environ.get("PROBE_VALUE"), "main_spec": __main__.__spec__ is None,
+                  "env": os.environ.get("SESAME_DATA_DIR"), "main_spec": __main__.__spec__ is None,
                   "main_file": os.path.basename(getattr(__main__, "__file__", ""))}))
 print("to stderr", file=sys.stderr)
 sys.exit(int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else None)
@@ -33,7 +33,7 @@ def both(argv: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, subpro
 def test_a_script_served_preloaded_runs_as_a_fresh_process(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
-    env = {**os.environ, "PROBE_VALUE": "x"}
+    env = {**preloaded.BASE_ENV, "SESAME_DATA_DIR": "x"}  # a variable a command may set
     for args in (["3", "a b"], [], ["kill"]):
         fresh, served = both([sys.executable, str(script), *args], cwd=tmp_path, input="some input", env=env)
         assert served.args[:4] == [sys.executable, "-S", str(preloaded.CLIENT), "--path"], "not served"
@@ -46,14 +46,15 @@ def test_a_module_served_preloaded_runs_as_python_dash_m(tmp_path):
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "probe.py").write_text(PROBE)
-    fresh, served = both([sys.executable, "-m", "probe_package.probe", "0"], cwd=tmp_path, input="")
+    fresh, served = both([sys.executable, "-m", "probe_package.probe", "0"], cwd=tmp_path, input="", env=preloaded.BASE_ENV)
     assert served.args[3] == "--module"
     assert (served.returncode, served.stdout, served.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr) == \
         (0, fresh.stdout, "to stderr\n")
 
 
 def test_a_sesame_command_is_served_by_the_preloaded_children(tmp_path):
-    fresh, served = both([sys.executable, "-m", "sesame.tasks.cli.predict", str(tmp_path / "no-such-run")])
+    fresh, served = both([sys.executable, "-m", "sesame.tasks.cli.predict", str(tmp_path / "no-such-run")],
+                         env=preloaded.BASE_ENV)  # not what earlier tests of this process added to its environment
     assert served.returncode == fresh.returncode == 2
     assert served.stderr == fresh.stderr and "no-such-run" in served.stderr
     served_log = Path(preloaded._SERVER.address + ".imports").read_text()
@@ -63,7 +64,7 @@ def test_a_sesame_command_is_served_by_the_preloaded_children(tmp_path):
 def test_an_environment_that_imports_read_differently_runs_the_real_process(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
-    env = {**os.environ, "OMP_NUM_THREADS": "7"}
+    env = {**preloaded.BASE_ENV, "OMP_NUM_THREADS": "7"}
     served = preloaded.run([sys.executable, str(script), "5"], capture_output=True, text=True, env=env)
     assert served.returncode == 5
     log = Path(preloaded._SERVER.address).with_name("server.log").read_text()
