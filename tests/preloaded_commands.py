@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import importlib
 import json
+import logging
 import os
 import runpy
 import select
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -186,10 +188,28 @@ def _exit_code(code: object) -> int:
     return 1
 
 
+def _lightning_logs_through_the_root() -> None:
+    """Lightning's loggers as a fresh process leaves them when Lightning is imported after logging is configured.
+
+    Imported without handlers on the root logger (as the server imports it), ``lightning.pytorch`` and
+    ``lightning.fabric`` print through a handler of their own and stop propagating; imported after, they
+    propagate to the root's handlers (Hydra's job log, a ``logging.basicConfig``). sesame's commands import
+    Lightning only once their logging is set up (tasks/cli/: Hydra's, or basicConfig before the lazy imports);
+    a script run by path (``python FILE``) imports it first, as the server did."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if type(handler) is logging.StreamHandler:
+                logger.removeHandler(handler)
+        logger.propagate = True
+
+
 def _command(request: dict, scripts: dict[str, str]) -> object:
     """Run the request's command as the interpreter would, to its exit code (what ``sys.exit`` was given)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     argv, kind, target = list(request["argv"]), request["kind"], request["target"]
+    if kind in ("script", "module") and target.startswith(("sesame-", "sesame.tasks.cli.")):
+        _lightning_logs_through_the_root()
     try:
         if kind == "script":  # a console script: sys.argv[0] its file, __main__ its module (no spec)
             sys.argv, sys.path[0] = argv, os.path.dirname(argv[0])
@@ -242,11 +262,19 @@ def _child(request: dict, fds: list[int], scripts: dict[str, str], imports_log: 
 def serve(address: str) -> None:
     scripts = console_scripts()
     environment = dict(os.environ)  # as the server started: imports set some (TORCHINDUCTOR_CACHE_DIR)
-    for module in {*PRELOAD, *(value.split(":")[0] for value in scripts.values())}:
-        importlib.import_module(module)
-    from hydra.core.plugins import Plugins
+    sys.stdout.flush()
+    printed = os.fstat(1).st_size + os.fstat(2).st_size  # the server's log
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        for module in {*PRELOAD, *(value.split(":")[0] for value in scripts.values())}:
+            importlib.import_module(module)
+        from hydra.core.plugins import Plugins
 
-    Plugins.instance()  # Hydra's scan of hydra_plugins (a launcher or sweeper is looked up there by name)
+        Plugins.instance()  # Hydra's scan of hydra_plugins (a launcher or sweeper is looked up there by name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # What imports print (a warning, a log line) a fresh process prints to its command's output: a child could not.
+    noisy = [str(w.message) for w in warned] or (["output"] if os.fstat(1).st_size + os.fstat(2).st_size > printed else [])
     # e.g. Lightning's PYTORCH_NVML_BASED_CUDA_CHECK, torch's TORCHINDUCTOR_CACHE_DIR: a fresh process's imports set them
     set_by_imports = {k: v for k, v in os.environ.items() if environment.get(k) != v}
     parent = os.getppid()
@@ -263,8 +291,10 @@ def serve(address: str) -> None:
             if connection is listener:
                 client, _ = listener.accept()
                 request, fds = _receive(client)
-                if declined := _declined(request, environment, set_by_imports):
-                    print(f"declined {request['argv'][:4]}: its environment differs in {declined}", flush=True)
+                declined = _declined(request, environment, set_by_imports)
+                why = f"the preloading imports printed {noisy}" if noisy else declined and f"its environment differs in {declined}"
+                if why:
+                    print(f"declined {request['argv'][:4]}: {why}", flush=True)
                     client.sendall(json.dumps({"fallback": True}).encode())
                     client.close()
                     for fd in fds:
