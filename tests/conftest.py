@@ -35,14 +35,18 @@ torch.set_num_threads(1)  # see OMP_NUM_THREADS above
 #: whole modules to its workers (``--dist loadscope``, so a module's fixtures are built once), and starting the
 #: long ones first keeps the short ones for the end, instead of one long module starting last on one worker.
 LONGEST_FIRST = (
-    "tests/test_readme_commands.py",
     "tests/conformance/test_training.py",
+    "tests/test_readme_commands.py",
+    "tests/tasks/core/test_distributed.py",
+    "tests/families/test_matrix.py",
+    "tests/benchmarks/test_compression.py",
+    "tests/tasks/compression/test_prune.py",
     "tests/tasks/runs/test_ray_launcher.py",
     "tests/tasks/runs/test_checkpoint_callbacks.py",
-    "tests/tasks/core/test_distributed.py",
-    "tests/benchmarks/test_compression.py",
-    "tests/tasks/core/test_multinode.py",
-    "tests/test_bad_inputs.py",
+    "tests/conformance/test_compression.py",
+    "tests/tasks/export/test_model_card.py",
+    "tests/tasks/runs/test_precision_and_compile.py",
+    "tests/tasks/runs/test_optuna_pruning.py",
 )
 
 

@@ -57,9 +57,13 @@ ADDRESS = "SESAME_COMMAND_SERVER"
 #: this torch does not load), Ray's client mode and torch.compile's data-pointer switch (read by Ray, which
 #: is not preloaded, and by a compile when it runs).
 PER_COMMAND = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PATH", "COLUMNS", "LINES", "SESAME_DATA_DIR", "SESAME_CACHE_DIR",
-                         "SESAME_TRACEBACK", "KILL", "RECORD_BATCHES", "PYTEST_CURRENT_TEST", "PL_GLOBAL_SEED",
+                         "SESAME_TRACEBACK", "SESAME_DDP_SWEEP_DIR", "KILL", "RECORD_BATCHES", "PYTEST_CURRENT_TEST", "PL_GLOBAL_SEED",
                          "PL_SEED_WORKERS", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "RAY_CLIENT_MODE",
-                         "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"})
+                         "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+                         # a DDP rank's, read when the process group starts; Lightning's rank at import: see
+                         # _import_time_state
+                         "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "GROUP_RANK",
+                         "LOCAL_WORLD_SIZE"})
 #: The test process's environment as it started (tests/conftest.py's defaults set): the per-process server's.
 BASE_ENV = dict(os.environ)
 #: What the children import before any command: every console script's module and what a run imports later.
@@ -129,19 +133,26 @@ def command_server(folder: Path, env: Mapping[str, str]) -> Iterator[dict[str, s
 _SERVER: CommandServer | None = None
 
 
-def preloaded(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str] | None]:
-    """``(argv, env)`` for ``subprocess``: ``[sys.executable, "-m", MODULE, ...]`` and ``[sys.executable,
-    FILE.py, ...]`` as clients of this process's server (started on first use), anything else as given."""
+def client_argv(argv: Sequence[str]) -> list[str] | None:
+    """The client's argv for ``[sys.executable, "-m", MODULE, ...]`` or ``[sys.executable, FILE.py, ...]``, else None."""
     argv = [str(a) for a in argv]
     if len(argv) < 2 or argv[0] != sys.executable or not (argv[1] == "-m" or argv[1].endswith(".py")):
-        return argv, None if env is None else dict(env)
+        return None
+    kind, target, rest = ("--module", argv[2], argv[3:]) if argv[1] == "-m" else ("--path", argv[1], argv[2:])
+    return [sys.executable, "-S", str(CLIENT), kind, target, *rest]
+
+
+def preloaded(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str] | None]:
+    """``(argv, env)`` for ``subprocess``: a command :func:`client_argv` can serve as a client of this process's
+    server (started on first use), anything else as given."""
+    served = client_argv(argv)
+    if served is None:
+        return [str(a) for a in argv], None if env is None else dict(env)
     global _SERVER
     if _SERVER is None:
         _SERVER = CommandServer(Path(tempfile.mkdtemp(prefix="sesame-commands-")), BASE_ENV)
         atexit.register(_SERVER.stop)
-    kind, target, rest = ("--module", argv[2], argv[3:]) if argv[1] == "-m" else ("--path", argv[1], argv[2:])
-    return [sys.executable, "-S", str(CLIENT), kind, target, *rest], {**(os.environ if env is None else env),
-                                                                      ADDRESS: _SERVER.address}
+    return served, {**(os.environ if env is None else env), ADDRESS: _SERVER.address}
 
 
 def run(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
@@ -204,10 +215,33 @@ def _lightning_logs_through_the_root() -> None:
         logger.propagate = True
 
 
+class _ServedPopen(subprocess.Popen):
+    """``subprocess.Popen`` in a served command: the Python processes it starts (Lightning's DDP ranks, a sweep's
+    jobs) are served too, when their environment names the server (a copy of the command's does)."""
+
+    def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
+        env = kwargs.get("env")
+        served = None if isinstance(args, (str, bytes)) else client_argv(args)
+        if served and ADDRESS in (os.environ if env is None else env):
+            args = served
+        super().__init__(args, *rest, **kwargs)
+
+
+def _import_time_state() -> None:
+    """What the preloaded imports read from the environment, read again from the command's: Lightning takes a
+    process's rank from ``RANK`` / ``LOCAL_RANK`` when it is imported (a DDP rank started by Lightning has
+    ``LOCAL_RANK=1``)."""
+    from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
+
+    rank_zero_only.rank = _get_rank() or 0
+
+
 def _command(request: dict, scripts: dict[str, str]) -> object:
     """Run the request's command as the interpreter would, to its exit code (what ``sys.exit`` was given)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     argv, kind, target = list(request["argv"]), request["kind"], request["target"]
+    _import_time_state()
+    subprocess.Popen = _ServedPopen
     if kind in ("script", "module") and target.startswith(("sesame-", "sesame.tasks.cli.")):
         _lightning_logs_through_the_root()
     try:
