@@ -56,21 +56,21 @@ ADDRESS = "SESAME_COMMAND_SERVER"
 #: a run seeds its workers), sklearn's KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK (Intel OpenMP's, which
 #: this torch does not load), Ray's client mode and torch.compile's data-pointer switch (read by Ray, which
 #: is not preloaded, and by a compile when it runs).
-PER_COMMAND = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PATH", "COLUMNS", "LINES", "SESAME_DATA_DIR", "SESAME_CACHE_DIR",
-                         "SESAME_TRACEBACK", "SESAME_DDP_SWEEP_DIR", "KILL", "RECORD_BATCHES", "PYTEST_CURRENT_TEST", "PL_GLOBAL_SEED",
-                         "PL_SEED_WORKERS", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "RAY_CLIENT_MODE",
-                         "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
-                         # a DDP rank's, read when the process group starts; Lightning's rank at import: see
-                         # _import_time_state
-                         "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "GROUP_RANK",
-                         "LOCAL_WORLD_SIZE"})
+PER_COMMAND = frozenset({
+    "PWD", "OLDPWD", "SHLVL", "_", "PATH", "COLUMNS", "LINES",
+    "SESAME_DATA_DIR", "SESAME_CACHE_DIR", "SESAME_TRACEBACK", "SESAME_DDP_SWEEP_DIR", "KILL", "RECORD_BATCHES",
+    "PYTEST_CURRENT_TEST", "PL_GLOBAL_SEED", "PL_SEED_WORKERS", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
+    "RAY_CLIENT_MODE", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+    # a DDP rank's, read when the process group starts; Lightning's rank at import: see _import_time_state
+    "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE",
+})
 #: The test process's environment as it started (tests/conftest.py's defaults set): the per-process server's.
 BASE_ENV = dict(os.environ)
 #: What the children import before any command: every console script's module and what a run imports later.
 PRELOAD = ("hydra", "omegaconf", "lightning", "transformers", "transformers.models.auto.modeling_auto",
-           "transformers.models.bert.modeling_bert", "peft", "accelerate", "safetensors.torch", "rich", "datasets", "sesame.tasks.runs.runner", "sesame.tasks.runs.evaluation",
-           "sesame.tasks.inference.predictor", "sesame.tasks.core.known_noise", "sesame.tasks.encoders.store",
-           "sesame.tasks.runs.run_lock")
+           "transformers.models.bert.modeling_bert", "peft", "accelerate", "safetensors.torch", "rich", "datasets",
+           "sesame.tasks.runs.runner", "sesame.tasks.runs.evaluation", "sesame.tasks.inference.predictor",
+           "sesame.tasks.core.known_noise", "sesame.tasks.encoders.store", "sesame.tasks.runs.run_lock")
 
 
 def console_scripts() -> dict[str, str]:
@@ -134,7 +134,8 @@ _SERVER: CommandServer | None = None
 
 
 def client_argv(argv: Sequence[str]) -> list[str] | None:
-    """The client's argv for ``[sys.executable, "-m", MODULE, ...]`` or ``[sys.executable, FILE.py, ...]``, else None."""
+    """The client's argv for ``[sys.executable, "-m", MODULE, ...]`` or ``[sys.executable, FILE.py, ...]``;
+    None for anything else."""
     argv = [str(a) for a in argv]
     if len(argv) < 2 or argv[0] != sys.executable or not (argv[1] == "-m" or argv[1].endswith(".py")):
         return None
@@ -285,7 +286,8 @@ def _child(request: dict, fds: list[int], scripts: dict[str, str], imports_log: 
         atexit._run_exitfuncs()
         new = sorted({name.split(".")[0] for name in set(sys.modules) - before})
         with open(imports_log, "a") as log:
-            log.write(f"{time.monotonic() - start:6.1f} s  {request['target']} {' '.join(request['argv'][1:4])[:80]}: {new}\n")
+            command = " ".join(request["argv"][1:4])[:80]
+            log.write(f"{time.monotonic() - start:6.1f} s  {request['target']} {command}: {new}\n")
     finally:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
@@ -308,8 +310,10 @@ def serve(address: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     # What imports print (a warning, a log line) a fresh process prints to its command's output: a child could not.
-    noisy = [str(w.message) for w in warned] or (["output"] if os.fstat(1).st_size + os.fstat(2).st_size > printed else [])
-    # e.g. Lightning's PYTORCH_NVML_BASED_CUDA_CHECK, torch's TORCHINDUCTOR_CACHE_DIR: a fresh process's imports set them
+    wrote = os.fstat(1).st_size + os.fstat(2).st_size > printed
+    noisy = [str(w.message) for w in warned] or (["output"] if wrote else [])
+    # e.g. Lightning's PYTORCH_NVML_BASED_CUDA_CHECK, torch's TORCHINDUCTOR_CACHE_DIR: a fresh process's imports
+    # set them
     set_by_imports = {k: v for k, v in os.environ.items() if environment.get(k) != v}
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -326,7 +330,8 @@ def serve(address: str) -> None:
                 client, _ = listener.accept()
                 request, fds = _receive(client)
                 declined = _declined(request, environment, set_by_imports)
-                why = f"the preloading imports printed {noisy}" if noisy else declined and f"its environment differs in {declined}"
+                why = (f"the preloading imports printed {noisy}" if noisy
+                       else declined and f"its environment differs in {declined}")
                 if why:
                     print(f"declined {request['argv'][:4]}: {why}", flush=True)
                     client.sendall(json.dumps({"fallback": True}).encode())
