@@ -342,13 +342,18 @@ def lightning_periods(workload: Workload, bf16: bool, steps: int, run_dir: Path)
                    f"trainer.precision={'bf16-mixed' if bf16 else '32-true'}", "trainer.enable_progress_bar=false",
                    "trainer.enable_model_summary=false", "logger=csv"])
     loader = torch.utils.data.DataLoader(_Repeat(workload.sesame.batch, steps), batch_size=None)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    with known_noise_silenced(), warnings.catch_warnings():
-        # a loader of one prepared batch, no dev set, fewer steps than the logging interval: all on purpose
-        warnings.filterwarnings("ignore", message=".*(does not have many workers|dataloader is not resumable|"
-                                "but have no `val_dataloader`|smaller than the logging interval).*")
-        trainer = build_trainer(RunSettings.from_config(cfg), run_dir, None, [Starts()])
-        trainer.fit(copy.deepcopy(workload.sesame.model), train_dataloaders=loader)
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)  # its lines of each fit; restored after (the caller may be a test process)
+    try:
+        with known_noise_silenced(), warnings.catch_warnings():
+            # a loader of one prepared batch, no dev set, fewer steps than the logging interval: all on purpose
+            warnings.filterwarnings("ignore", message=".*(does not have many workers|dataloader is not resumable|"
+                                    "but have no `val_dataloader`|smaller than the logging interval).*")
+            trainer = build_trainer(RunSettings.from_config(cfg), run_dir, None, [Starts()])
+            trainer.fit(copy.deepcopy(workload.sesame.model), train_dataloaders=loader)
+    finally:
+        lightning_log.setLevel(level)
     return starts
 
 
