@@ -48,8 +48,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from tests.preloaded_client import ADDRESS
+
 CLIENT = Path(__file__).with_name("preloaded_client.py")
-ADDRESS = "SESAME_COMMAND_SERVER"
 #: Environment variables a command may set differently from the server's: read by sesame (or the tests'
 #: scripts) when it runs, not when it is imported, or a shell's own; and what a test process sets in its
 #: own environment as it goes, which its commands inherit: pytest's current test, Lightning's seed (read when
@@ -171,15 +172,24 @@ def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
 # --- the server -------------------------------------------------------------------------------------------------
 
 
+def _read(connection: socket.socket, size: int) -> bytes:
+    """``size`` bytes from ``connection``; a client that went away before sending them is a ConnectionError."""
+    data = b""
+    while len(data) < size:
+        if not (chunk := connection.recv(size - len(data))):
+            raise ConnectionError("the client went away before its request was whole")
+        data += chunk
+    return data
+
+
 def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
     _, fds, _, _ = socket.recv_fds(connection, 1, 3)
-    header = b""
-    while len(header) < 8:
-        header += connection.recv(8 - len(header))
-    size, body = struct.unpack("!Q", header)[0], b""
-    while len(body) < size:
-        body += connection.recv(size - len(body))
-    return json.loads(body), fds
+    try:
+        return json.loads(_read(connection, struct.unpack("!Q", _read(connection, 8))[0])), fds
+    except ConnectionError:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _declined(request: dict, ours: Mapping[str, str], set_by_imports: Mapping[str, str]) -> list[str]:
@@ -328,7 +338,11 @@ def serve(address: str) -> None:
         for connection in ready:
             if connection is listener:
                 client, _ = listener.accept()
-                request, fds = _receive(client)
+                try:
+                    request, fds = _receive(client)
+                except ConnectionError:  # killed while it sent its request: nothing to run
+                    client.close()
+                    continue
                 declined = _declined(request, environment, set_by_imports)
                 why = (f"the preloading imports printed {noisy}" if noisy
                        else declined and f"its environment differs in {declined}")

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -175,7 +176,7 @@ def test_sesame_eval_without_a_model_names_the_key(make_cfg, tmp_path, capsys):
 def test_a_stale_lock_of_a_killed_run_is_taken_over(make_cfg, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    dead = preloaded.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (run_dir / ".sesame.lock").write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
     train(RunSettings.from_config(make_cfg("data.max_train_examples=8", "data.max_eval_examples=8")), run_dir)
     assert (run_dir / "metrics.json").is_file() and not (run_dir / ".sesame.lock").exists()
