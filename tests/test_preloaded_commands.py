@@ -69,3 +69,19 @@ def test_an_environment_that_imports_read_differently_runs_the_real_process(tmp_
     assert served.returncode == 5
     log = Path(preloaded._SERVER.address).with_name("server.log").read_text()
     assert "OMP_NUM_THREADS" in log.splitlines()[-1]
+
+
+def test_the_python_shim_serves_files_and_modules_and_runs_anything_else_as_is(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    fresh = subprocess.run([sys.executable, "probe.py", "3", "a b"], cwd=tmp_path, capture_output=True, text=True,
+                           input="in", env=preloaded.BASE_ENV, timeout=120)
+    with preloaded.command_server(tmp_path / "server", preloaded.BASE_ENV) as env:
+        shell = {"cwd": tmp_path, "env": env, "capture_output": True, "text": True, "timeout": 120}
+        served = subprocess.run(["bash", "-c", "python probe.py 3 'a b'"], input="in", **shell)
+        probe = subprocess.run(["bash", "-c", "python -c 'import sys; print(sys.argv)' x"], **shell)
+        log = Path(env[preloaded.ADDRESS] + ".imports").read_text()
+    assert (served.returncode, served.stdout, served.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert served.returncode == 3
+    assert "probe.py" in log  # a child ran it
+    assert (probe.returncode, probe.stdout) == (0, "['-c', 'x']\n")  # -c: the real interpreter
