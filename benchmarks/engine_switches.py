@@ -6,6 +6,9 @@ torch thread:
 
 - ``skip_unread_layers``: ``fusion=second_to_last`` with the layer above it skipped (``encoder.skip_unread_layers``,
   exact) against the same fusion running every layer;
+- ``top_layer_at_summary``: the default (``pooling=pooler``: the top layer runs at [CLS] alone,
+  ``encoder.top_layer_at_summary``, exact) against the same run with the whole top layer (the
+  ``skip_unread_layers`` arms leave it whole, so that switch is measured alone);
 - ``sparse_embeddings``: ``finetune.sparse_embeddings=true`` (row-sparse word-embedding updates) against
   the default;
 - ``precision_auto``: ``trainer.precision=auto`` (bf16-mixed on a CPU with bf16 instructions) against the
@@ -40,12 +43,16 @@ ARMS: dict[str, list[str]] = {
     "default": [],
     "sparse_embeddings": ["finetune.sparse_embeddings=true"],
     "precision_auto": ["trainer.precision=auto"],
-    "second_to_last_all_layers": ["fusion=second_to_last", "encoder.skip_unread_layers=false"],
-    "second_to_last_skip": ["fusion=second_to_last", "encoder.skip_unread_layers=true"],
+    "second_to_last_all_layers": ["fusion=second_to_last", "encoder.skip_unread_layers=false",
+                                  "encoder.top_layer_at_summary=false"],
+    "second_to_last_skip": ["fusion=second_to_last", "encoder.skip_unread_layers=true",
+                            "encoder.top_layer_at_summary=false"],
+    "whole_top_layer": ["encoder.top_layer_at_summary=false"],
 }
 #: switch -> (its arm, the arm it is compared with).
 SWITCHES: dict[str, tuple[str, str]] = {
     "skip_unread_layers": ("second_to_last_skip", "second_to_last_all_layers"),
+    "top_layer_at_summary": ("default", "whole_top_layer"),
     "sparse_embeddings": ("sparse_embeddings", "default"),
     "precision_auto": ("precision_auto", "default"),
 }

@@ -57,6 +57,9 @@ class EncoderTaskNetwork(nn.Module):
         #: Whether training recomputes each encoder layer's activations in the backward pass
         #: (``encoder.activation_checkpointing``; the same gradients, far less memory at long inputs).
         self.activation_checkpointing = self.encoder.checkpoint_activations(settings.encoder.activation_checkpointing)
+        #: Whether the head reads the [CLS] vector alone, so the encoder returns [B, 1, H] hidden states and
+        #: runs its top layer read at [CLS] only (``encoder.top_layer_at_summary``).
+        self.reads_summary_only = settings.encoder.top_layer_at_summary and self._pools_first_token()
         self.finetune = settings.finetune
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):
@@ -91,6 +94,13 @@ class EncoderTaskNetwork(nn.Module):
         """Whether the task head copies the encoder's pooler when it is built (``pooling=pooler``); it
         then drops the encoder's pooler itself (:meth:`build_pooling`). Every other network drops it at once."""
         return self.pools_sequences and self.pooling_settings().name == "pooler"
+
+    def _pools_first_token(self) -> bool:
+        """Whether the head reads nothing but the first token's fused feature: a pooling of the summary
+        token alone (``cls``, ``pooler``) where it comes first; the fusion is position by position."""
+        if not self.pools_sequences or self.settings.pooling is None or self.settings.pooling.name not in ("cls", "pooler"):
+            return False
+        return self.encoder.family.summary_token == "first"
 
     def pooling_settings(self) -> PoolingSettings:
         """``settings.pooling``; a config without the group is an error for a network that pools."""
@@ -166,10 +176,10 @@ class EncoderTaskNetwork(nn.Module):
 
     # Features ---------------------------------------------------------------------------------------
     def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-        """The hidden states the fusion reads, each [B, T, H]: all of them (up to the highest the fusion
-        reads, when the layers above are skipped), or only the one read (a 1-tuple) for a fusion that
-        reads nothing else; from the feature cache, None stands for each one the fusion does not read
-        (the entry may not hold it). No graph is kept for a frozen encoder."""
+        """The hidden states the fusion reads, each [B, T, H] ([B, 1, H] where :attr:`reads_summary_only`):
+        all of them (up to the highest the fusion reads, when the layers above are skipped), or only the one
+        read (a 1-tuple) for a fusion that reads nothing else; from the feature cache, None stands for each
+        one the fusion does not read (the entry may not hold it). No graph is kept for a frozen encoder."""
         if self.feature_cache is not None:
             cached = self.feature_cache.lookup(batch)
             if cached is not None:
@@ -177,8 +187,9 @@ class EncoderTaskNetwork(nn.Module):
         with torch.set_grad_enabled(torch.is_grad_enabled() and (self.encoder_graph_always or not self.encoder_frozen)):
             top = self.encoder.num_hidden_states - 1 if self.encoder_layers_run is None else self.encoder_layers_run
             return self.encoder(**encoder_inputs(batch), all_layers=self.fusion.indices != (top,),
-                                num_layers=self.encoder_layers_run)
+                                num_layers=self.encoder_layers_run, summary_only=self.reads_summary_only)
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Fused per-token features [B, T, feature_size]."""
+        """Fused per-token features [B, T, feature_size]; [B, 1, feature_size], the summary token's alone,
+        where :attr:`reads_summary_only` (unless the feature cache gave every token's)."""
         return self.fusion(self.hidden_states(batch))

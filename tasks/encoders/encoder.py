@@ -31,6 +31,7 @@ from sesame.tasks.encoders.families import (
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.encoders.model_files import model_folder_errors
 from sesame.tasks.encoders.encoder_settings import EncoderSettings
+from sesame.tasks.encoders.summary_layer import runs_at_summary, summary_layer_forward
 
 #: The batch keys an encoder reads; every other key of a batch is for the head, the loss or decoding.
 ENCODER_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -153,6 +154,18 @@ def check_tokenizer_fits(tokenizer: PreTrainedTokenizerFast, config: Any, name: 
             f"the tokenizer has {size} tokens but the encoder {name!r} embeds {vocab}: they do not belong together. "
             "Fix: use the tokenizer saved with the model (encoder.tokenizer=null), or point encoder.tokenizer at it"
         )
+
+
+def _install_output_hooks(model: nn.Module) -> None:
+    """transformers >= 5 records hidden states by hooks it installs on the layers at a model's first forward
+    pass that asks for them. Were that pass run on a cut stack, the layers above would never get theirs and
+    a later whole pass would return fewer hidden states: install them on the whole stack first."""
+    try:
+        from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY, maybe_install_capturing_hooks
+    except ImportError:  # transformers 4: hidden states are collected in the stack's own loop
+        return
+    if _CAN_RECORD_REGISTRY.get(model):
+        maybe_install_capturing_hooks(model)
 
 
 class Encoder(nn.Module):
@@ -291,6 +304,7 @@ class Encoder(nn.Module):
         if num_layers is None:
             yield
             return
+        _install_output_hooks(self.model)
         parent, attribute, stack = self._layer_stack()
         parent._modules[attribute] = stack[:num_layers]
         try:
@@ -298,9 +312,34 @@ class Encoder(nn.Module):
         finally:
             parent._modules[attribute] = stack
 
+    def runs_top_layer_at_summary(self, top_layer: int) -> bool:
+        """Whether the forward pass can run layer ``top_layer`` (1 = the first) at the summary token alone
+        (``tasks/encoders/summary_layer.py``): a BERT-style family whose summary token comes first, and a
+        layer nothing hooks into. Layers run whole while the model is being exported."""
+        if not self.family.summary_layer or top_layer < 1 or self.family.shared_layers:
+            return False
+        if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+            return False
+        return runs_at_summary(self._layer_stack()[2][top_layer - 1])
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-        all_layers: bool = True, num_layers: int | None = None,
+        all_layers: bool = True, num_layers: int | None = None, summary_only: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
+        """``summary_only``: every hidden state returned is the summary token's alone, [B, 1, H], and the top
+        layer run computes only that (where :meth:`runs_top_layer_at_summary`; else the layers run whole and
+        their outputs are cut to it). The head must read nothing else."""
+        top = self.num_hidden_states - 1 if num_layers is None else num_layers
+        if summary_only and self.runs_top_layer_at_summary(top):
+            below = self._forward(input_ids, attention_mask, token_type_ids, all_layers, top - 1)
+            summary = summary_layer_forward(self._layer_stack()[2][top - 1], below[-1], attention_mask)
+            return (*(h[:, :1] for h in below), summary) if all_layers else (summary,)
+        states = self._forward(input_ids, attention_mask, token_type_ids, all_layers, num_layers)
+        return tuple(h[:, :1] for h in states) if summary_only else states
+
+    def _forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
+        all_layers: bool, num_layers: int | None,
     ) -> tuple[torch.Tensor, ...]:
         kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.takes_token_types:

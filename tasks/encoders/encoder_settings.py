@@ -24,6 +24,10 @@ class EncoderSettings(Settings):
     #: Run only the layers up to the highest hidden state the fusion reads (``fusion=second_to_last``
     #: runs L - 1 of L layers); the outputs are the same (``Encoder.layers_to_run``).
     skip_unread_layers: bool = True
+    #: With a head that reads only the [CLS] vector (``pooling=cls`` or ``pooler``), run the top layer the
+    #: fusion reads at [CLS] alone: keys and values of every token, the rest at [CLS] (BERT-style families;
+    #: ``tasks/encoders/summary_layer.py``). The same outputs.
+    top_layer_at_summary: bool = True
     #: Training keeps only each layer's input and recomputes the layer's activations in the backward pass
     #: (``Encoder.checkpoint_activations``): the same gradients, bit for bit, at a fraction of the memory
     #: (attention probabilities are [B, heads, T, T] floats per layer) for about 1.5x the step's CPU time.

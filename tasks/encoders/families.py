@@ -66,6 +66,9 @@ class EncoderFamily:
     #: Whether its forward pass works with no layer at all (``fusion=embeddings``); DeBERTa's encoder
     #: reads the output of its last layer run, so it runs its first layer.
     runs_without_layers: bool = True
+    #: Whether its layers are transformers' ``BertLayer`` (or a copy of it), which the top layer of a head
+    #: reading [CLS] alone can run at that token only (``encoder.top_layer_at_summary``).
+    summary_layer: bool = False
 
     def __post_init__(self) -> None:
         if self.summary_token not in SUMMARY_TOKENS:  # pragma: no cover - a typo in FAMILIES
@@ -80,10 +83,10 @@ FAMILIES: dict[str, EncoderFamily] = {f.model_type: f for f in (
     EncoderFamily("xlnet", summary_token="last",
                   dynamo_unsupported="torch's dynamo exporter cannot convert transformers' XLNet (its attention mask "
                                      "subtracts a tensor from a Python float, for which it finds no aten.sub overload)"),
-    EncoderFamily("bert", pruning=BERT_LAYOUT),
-    EncoderFamily("roberta", pruning=BERT_LAYOUT),
-    EncoderFamily("xlm-roberta", pruning=BERT_LAYOUT),
-    EncoderFamily("electra", pruning=BERT_LAYOUT),
+    EncoderFamily("bert", pruning=BERT_LAYOUT, summary_layer=True),
+    EncoderFamily("roberta", pruning=BERT_LAYOUT, summary_layer=True),
+    EncoderFamily("xlm-roberta", pruning=BERT_LAYOUT, summary_layer=True),
+    EncoderFamily("electra", pruning=BERT_LAYOUT, summary_layer=True),
     EncoderFamily("t5", summary_token=None, cannot_stop_early=_FINAL_NORM),
     EncoderFamily("mt5", summary_token=None, cannot_stop_early=_FINAL_NORM),
     EncoderFamily("umt5", summary_token=None, cannot_stop_early=_FINAL_NORM),

@@ -71,3 +71,15 @@ def test_a_network_reading_the_second_to_last_layer_gives_the_same_outputs(famil
         network.encoder_layers_run = None
         whole = network(inputs)
     assert torch.equal(skipped, whole)
+
+
+def test_a_whole_pass_after_a_cut_one_returns_every_hidden_state(family_dir):
+    # transformers 5 installs its hidden-state hooks at the first pass: one on a cut stack must not leave the
+    # layers above without theirs
+    encoder = Encoder(str(family_dir("bert"))).eval()
+    inputs = _inputs(family_dir("bert"))
+    with torch.no_grad():
+        cut = encoder(**inputs, num_layers=1)
+        whole = encoder(**inputs)
+    assert len(cut) == 2 and len(whole) == encoder.num_hidden_states
+    assert torch.equal(whole[1], cut[1])

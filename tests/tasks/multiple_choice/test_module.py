@@ -29,7 +29,8 @@ def test_the_logged_accuracy_is_the_prediction_files(choice_run):
     assert metrics["val_accuracy"] == pytest.approx(np.mean([written[i]["prediction"] == g for i, g in enumerate(gold)]))
     for row in written.values():
         assert len(row["probabilities"]) == 4 and sum(row["probabilities"]) == pytest.approx(1.0, abs=1e-5)
-        assert row["prediction"] == int(np.argmax(row["probabilities"]))
+        # the most probable ending (the file rounds probabilities, so near-uniform ones can tie there)
+        assert row["probabilities"][row["prediction"]] == max(row["probabilities"])
     assert len({tuple(r["probabilities"]) for r in written.values()}) > 1  # trained, not uniform
 
 
