@@ -9,6 +9,8 @@ torch thread:
 - ``top_layer_at_summary``: the default (``pooling=pooler``: the top layer runs at [CLS] alone,
   ``encoder.top_layer_at_summary``, exact) against the same run with the whole top layer (the
   ``skip_unread_layers`` arms leave it whole, so that switch is measured alone);
+- ``freeze_embeddings``: ``finetune.freeze_embeddings=true`` (the word-embedding matrix not trained) against
+  the default: faster, but a different model, so its dev accuracy over seeds decides;
 - ``sparse_embeddings``: ``finetune.sparse_embeddings=true`` (row-sparse word-embedding updates) against
   the default;
 - ``precision_auto``: ``trainer.precision=auto`` (bf16-mixed on a CPU with bf16 instructions) against the
@@ -48,11 +50,13 @@ ARMS: dict[str, list[str]] = {
     "second_to_last_skip": ["fusion=second_to_last", "encoder.skip_unread_layers=true",
                             "encoder.top_layer_at_summary=false"],
     "whole_top_layer": ["encoder.top_layer_at_summary=false"],
+    "freeze_embeddings": ["finetune.freeze_embeddings=true"],
 }
 #: switch -> (its arm, the arm it is compared with).
 SWITCHES: dict[str, tuple[str, str]] = {
     "skip_unread_layers": ("second_to_last_skip", "second_to_last_all_layers"),
     "top_layer_at_summary": ("default", "whole_top_layer"),
+    "freeze_embeddings": ("freeze_embeddings", "default"),
     "sparse_embeddings": ("sparse_embeddings", "default"),
     "precision_auto": ("precision_auto", "default"),
 }

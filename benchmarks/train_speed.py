@@ -26,6 +26,8 @@ Arms (``--arms``; the reference is ``hf``):
                   dynamic padding (``--hf-group-by-length`` adds it)
   hf_fused        ``hf`` with ``optim=adamw_torch_fused`` (transformers' default optimiser on torch >= 2.8),
                   whatever sesame uses (``--hf-optim`` sets the other reference arms' optimiser)
+  hf_fast_same_batches  ``hf_fast``'s bf16 on the very batches ``sesame_grouped_bf16`` trains on (sesame's length
+                  grouping): the per-step comparison on the same examples
   hf_fast         the Trainer at its best on a CPU: its own length grouping (``train_sampling_strategy=
                   "group_by_length"``, batches padded to their longest) and ``bf16=True, use_cpu=True``: the
                   switches that match sesame_fast's. Each run records what took effect (the training sampler's
@@ -97,7 +99,7 @@ from train_speed_arms import (  # noqa: E402, F401
 )
 from sesame.tasks.base.run_settings import RunSettings  # noqa: E402
 from train_speed_recorder import StepRecorder  # noqa: E402
-from train_speed_tables import FAIR_REFERENCE, markdown, same_batches, summarize  # noqa: E402
+from train_speed_tables import FAIR_REFERENCE, SAME_BATCHES_REFERENCE, markdown, same_batches, summarize  # noqa: E402
 from train_speed_trainer import (  # noqa: E402, F401
     HF_KEYS,
     HFExamples,
@@ -354,6 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     summary, checks = summarize(results), same_batches(results)
     if any(r["arm"] == FAIR_REFERENCE for r in results):
         meta["fair"] = summarize(results, FAIR_REFERENCE)
+    if any(r["arm"] == SAME_BATCHES_REFERENCE for r in results):
+        meta["same_batches_bf16"] = summarize(results, SAME_BATCHES_REFERENCE)
+        meta["same_batches_bf16_checks"] = same_batches(results, "sesame_grouped_bf16", SAME_BATCHES_REFERENCE)
     text = markdown(args, summary, checks, meta)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"}
     (args.out / "train_speed.json").write_text(json.dumps(

@@ -56,7 +56,8 @@ FAST_SETTINGS = [GROUPED, "data.pad_to_multiple_of=32", "trainer.precision=bf16-
 #: FAST_SETTINGS less the pad multiple: grouped batches padded to their longest, bf16 (the study's sesame_grouped)
 GROUPED_BF16_SETTINGS = [s for s in FAST_SETTINGS if not s.startswith("data.pad_to_multiple_of=")]
 #: arm -> how it trains. side: sesame | hf; padding: dynamic | max_length; order: sesame (the very
-#: batches sesame trains on) | group_by_length (the Trainer's LengthGroupedSampler); optim: the
+#: batches sesame trains on) | sesame_grouped (the very batches sesame's length grouping makes) |
+#: group_by_length (the Trainer's LengthGroupedSampler); optim: the
 #: TrainingArguments optimiser (None: --hf-optim).
 ARMS: dict[str, dict[str, Any]] = {
     "sesame": {"side": "sesame", "overrides": []},
@@ -72,13 +73,15 @@ ARMS: dict[str, dict[str, Any]] = {
     "hf_fused": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": "adamw_torch_fused"},
     # the Trainer with its own switches that match sesame_fast's (a fair speed baseline)
     "hf_fast": {"side": "hf", "padding": "dynamic", "order": "group_by_length", "optim": None, "bf16": True},
+    # hf_fast's bf16 on sesame's own length-grouped batches: the very examples sesame_grouped_bf16 trains on
+    "hf_fast_same_batches": {"side": "hf", "padding": "dynamic", "order": "sesame_grouped", "optim": None, "bf16": True},
 }
 REFERENCE = "hf"
 
 
 def length_grouped(arm: str) -> bool:
     """Whether ``arm`` trains on length-grouped batches (sesame's ``data.group_by_length``, the Trainer's sampler)."""
-    return GROUPED in ARMS[arm].get("overrides", []) or ARMS[arm].get("order") == "group_by_length"
+    return GROUPED in ARMS[arm].get("overrides", []) or ARMS[arm].get("order") in ("group_by_length", "sesame_grouped")
 
 
 def data_overrides(args: argparse.Namespace, task: str, evaluate: bool) -> list[str]:

@@ -14,6 +14,8 @@ RATIO_KEYS = ("step_median_s", "step_mean_s", "step_cpu_median_s", "loop_s_per_s
               "examples_per_s", "peak_rss_train_mib", "cpu_per_example_s")
 #: The Trainer at its best: the reference of the fair table (``fair_ratios``), where it ran.
 FAIR_REFERENCE = "hf_fast"
+#: The Trainer's bf16 on sesame's own grouped batches: a step against a step on the same examples.
+SAME_BATCHES_REFERENCE = "hf_fast_same_batches"
 
 
 def summarize(results: list[dict[str, Any]], reference: str = REFERENCE) -> dict[str, dict[str, dict[str, Any]]]:
@@ -44,14 +46,15 @@ def summarize(results: list[dict[str, Any]], reference: str = REFERENCE) -> dict
     return out
 
 
-def same_batches(results: list[dict[str, Any]]) -> dict[str, bool | None]:
-    """Per task: whether ``sesame`` and ``hf`` had the same number of training examples and trained on
+def same_batches(results: list[dict[str, Any]], arm_name: str = "sesame", reference: str = REFERENCE) -> dict[str, bool | None]:
+    """Per task: whether ``arm_name`` and ``reference`` had the same number of training examples and trained on
     batches of identical size and real tokens, step by step, in every repetition (None: one of the two
     arms was not run)."""
     checks = {}
     for task in dict.fromkeys(r["task"] for r in results):
         rows = {(r["arm"], r["rep"]): r for r in results if r["task"] == task}
-        pairs = [(rows[("sesame", rep)], rows[(REFERENCE, rep)]) for (arm, rep) in rows if arm == "sesame" and (REFERENCE, rep) in rows]
+        pairs = [(rows[(arm_name, rep)], rows[(reference, rep)]) for (arm, rep) in rows
+                 if arm == arm_name and (reference, rep) in rows]
         checks[task] = None if not pairs else all(
             s["train_examples"] == h["train_examples"] and s["examples_per_step"] == h["examples_per_step"] and s["tokens_per_step"] == h["tokens_per_step"] for s, h in pairs)
     return checks
@@ -97,6 +100,7 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
                          f"{fmt_ratio(e, 'step_cpu_median_s')} | {fmt_ratio(e, 'loop_s_per_step')} | {fmt_ratio(e, 'tokens_per_s')} | "
                          f"{fmt_ratio(e, 'examples_per_s')} | {fmt_ratio(e, 'peak_rss_train_mib')} | {metric} |")
     lines += fair_table(summary, meta.get("fair"))
+    lines += same_batches_table(meta.get("same_batches_bf16"), meta.get("same_batches_bf16_checks") or {})
     lines += ["", "### Absolute numbers (median over repetitions)", "",
               ("| task | arm | step median s | step mean s | step CPU s | loop s/step | real tok/step | padded tok/step | "
                "padding | real tok/s | padded tok/s | examples/s | peak RSS MiB | dev metric |"),
@@ -127,6 +131,23 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
          f"python {meta['python']}; wall time {meta['wall_s'] / 60:.1f} min."),
     ]
     return "\n".join(lines) + "\n"
+
+
+def same_batches_table(against: dict[str, Any] | None, checks: dict[str, bool | None]) -> list[str]:
+    """``sesame_grouped_bf16`` against the Trainer's bf16 on the same batches (``SAME_BATCHES_REFERENCE``): step
+    against step; nothing where that arm did not run."""
+    if not against:
+        return []
+    lines = ["", f"### Step on the same examples (`{SAME_BATCHES_REFERENCE}`: the Trainer's bf16 on sesame's grouped batches)",
+             "", "| task | arm | step CPU × | step median × | peak RSS × | same batches |", "|---|---|---|---|---|---|"]
+    for task, arms in against.items():
+        e = arms.get("sesame_grouped_bf16")
+        if e is None or SAME_BATCHES_REFERENCE not in arms:
+            continue
+        same = {True: "yes", False: "**no**", None: "n/a"}[checks.get(task)]
+        lines.append(f"| {task} | sesame_grouped_bf16 | {fmt_ratio(e, 'step_cpu_median_s')} | {fmt_ratio(e, 'step_median_s')} | "
+                     f"{fmt_ratio(e, 'peak_rss_train_mib')} | {same} |")
+    return lines
 
 
 def fair_table(summary: dict[str, Any], fair: dict[str, Any] | None) -> list[str]:

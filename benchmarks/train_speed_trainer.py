@@ -120,7 +120,7 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
     """Train the Hugging Face model on sesame's training examples with the ``Trainer`` (``bf16``: its own CPU bf16
     autocast); save it (``save``) into ``<run_dir>/hf_model``, a folder sesame-eval reads."""
     import torch
-    from sesame.tasks.inputs.batching import ResumableShuffleSampler
+    from sesame.tasks.inputs.batching import LengthGroupedShuffleSampler, ResumableShuffleSampler
     from sesame.tasks.encoders.encoder import resolve_name_or_path
     from omegaconf import OmegaConf
     from sesame.tasks.runs.runner import build_datamodule
@@ -163,11 +163,17 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
         def on_train_end(self, args, state, control, **kw):
             recorder.finish_training()
 
-    # order=sesame: the very shuffle sesame's train loader draws (tasks/inputs/batching.py); else the Trainer's own.
-    ReferenceTrainer = reference_trainer_class(
-        settings["head_lr"],
-        lambda size, own: switches.sampler(ResumableShuffleSampler(size, datamodule.seed) if order == "sesame" else own()),
-        lambda trainer, inputs: recorder.batch(inputs))
+    # order=sesame: the very shuffle sesame's train loader draws (tasks/inputs/batching.py); sesame_grouped: its
+    # length-grouped one (data.group_by_length=true); else the Trainer's own.
+    def sampler(size: int, own: Any) -> Any:
+        if order == "sesame":
+            return switches.sampler(ResumableShuffleSampler(size, datamodule.seed))
+        if order == "sesame_grouped":
+            return switches.sampler(LengthGroupedShuffleSampler(datamodule.example_lengths("train"),
+                                                                settings["batch_size"], datamodule.seed))
+        return switches.sampler(own())
+
+    ReferenceTrainer = reference_trainer_class(settings["head_lr"], sampler, lambda trainer, inputs: recorder.batch(inputs))
 
     args = TrainingArguments(
         output_dir=str(run_dir / "hf_trainer"), max_steps=steps, per_device_train_batch_size=settings["batch_size"],
@@ -189,7 +195,8 @@ def run_hf(overrides: list[str], steps: int, warmup: int, run_dir: Path, kind: s
         trainer.save_model(str(folder))  # model + tokenizer: what sesame-eval model=<folder> reads
     return {**recorder.summary(warmup), "run_seconds": total, "hf_model": str(folder),
             "attn_implementation": model.config._attn_implementation, "settings": settings, "hf_optim": optim,
-            "switches": switches.check(order == "group_by_length", bf16)}
+            "switches": switches.check(order == "group_by_length", bf16,
+                                       "LengthGroupedShuffleSampler" if order == "sesame_grouped" else None)}
 
 
 def precision_arguments(bf16: bool) -> dict[str, Any]:
@@ -227,13 +234,16 @@ class TrainerSwitches:
         self.seen["autocast_dtype"] = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
         self.seen["linear_dtype"] = str(output.dtype).removeprefix("torch.")
 
-    def check(self, grouped: bool, bf16: bool) -> dict[str, Any]:
-        """The switches seen; raises when grouping or bf16 was asked for and did not happen."""
+    def check(self, grouped: bool, bf16: bool, sampler: str | None = None) -> dict[str, Any]:
+        """The switches seen; raises when grouping, bf16 or (``sampler``) a sampler class was asked for and did not
+        happen."""
         self.handle.remove()
         print(f"[hf] switches in effect: sampler {self.seen.get('sampler')}, autocast {self.seen.get('autocast')} "
               f"({self.seen.get('autocast_dtype')}), a linear layer computed in {self.seen.get('linear_dtype')}", flush=True)
         if grouped and self.seen.get("sampler") != "LengthGroupedSampler":
             raise RuntimeError(f"length grouping was asked for, the Trainer sampled with {self.seen.get('sampler')}")
+        if sampler and self.seen.get("sampler") != sampler:
+            raise RuntimeError(f"{sampler} was asked for, the Trainer sampled with {self.seen.get('sampler')}")
         if bf16 and not (self.seen.get("autocast") and self.seen.get("linear_dtype") == "bfloat16"):
             raise RuntimeError(f"bf16 was asked for, the forward ran with autocast {self.seen}")
         return dict(self.seen)

@@ -35,6 +35,8 @@ def apply_finetune_mode(encoder: Encoder, settings: FinetuneSettings) -> list[nn
     """Set ``requires_grad`` on the encoder; return the encoder parts that must stay in eval mode."""
     if settings.mode == "full":
         encoder.requires_grad_(True)
+        if settings.freeze_embeddings:
+            encoder.model.get_input_embeddings().weight.requires_grad_(False)
         return []
     encoder.requires_grad_(False)
     if settings.mode == "frozen":

@@ -25,6 +25,9 @@ class FinetuneSettings(Settings):
     #: Train the word embeddings row-sparsely: only the rows a batch reads get a gradient and an AdamW
     #: update (``tasks/encoders/sparse_rows.py``; lazy for the rows it does not read).
     sparse_embeddings: bool = False
+    #: Leave the word-embedding matrix [V, H] as pretrained under ``mode=full`` (half of MiniLM-L6's weights):
+    #: no gradient, no AdamW step for it. Position and segment embeddings and the embedding norm still train.
+    freeze_embeddings: bool = False
     # finetune=lora only (conf/finetune/lora.yaml)
     lora_rank: int | None = None
     lora_alpha: float | None = None
@@ -48,6 +51,9 @@ class FinetuneSettings(Settings):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"finetune.{key}={getattr(self, key)}: must be positive"
                                   + (" (the encoder trains with finetune.mode=" + self.mode + ")" if key == "encoder_lr" else ""))
+        if self.freeze_embeddings and self.sparse_embeddings:
+            raise ConfigError("finetune.freeze_embeddings=true and finetune.sparse_embeddings=true: a frozen word "
+                              "embedding has no rows to update. Fix: set one of them to false")
         if self.weight_decay < 0:
             raise ConfigError(f"finetune.weight_decay={self.weight_decay}: must be 0 or more")
         if not 0 <= self.warmup_ratio < 1:

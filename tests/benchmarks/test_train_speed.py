@@ -27,7 +27,8 @@ def overrides(ts, tiny_bert_dir, task: str, train: int, *extra: str) -> list[str
 def run(ts, tmp_path: Path, task: str, arm: str, ov: list[str]) -> dict:
     spec = ts.ARMS[arm]
     if spec["side"] == "sesame":
-        return {"arm": arm, **ts.run_sesame([*ov, *spec["overrides"]], 2, 1, tmp_path / task / arm)}
+        return {"arm": arm, **ts.run_sesame([*ov, *spec["overrides"]], 2, 1, tmp_path / task / arm,
+                                            precision_mirrored=spec.get("precision_mirrored", True))}
     return {"arm": arm, **ts.run_hf(ov, 2, 1, tmp_path / task / arm, ts.TASKS[task]["hf"], spec["padding"], spec["order"],
                                     spec["optim"] or "auto", bf16=spec.get("bf16", False))}
 
@@ -69,6 +70,13 @@ def test_sst2_both_sides_train_on_the_same_batches_and_the_reference_is_scored_b
     assert best["switches"] == {"sampler": "LengthGroupedSampler", "autocast": True, "autocast_dtype": "bfloat16",
                                 "linear_dtype": "bfloat16"}
     assert hf["switches"]["sampler"] == "ResumableShuffleSampler" and hf["switches"]["linear_dtype"] == "float32"
+    # ... and its bf16 on the very batches sesame's length grouping makes: a step against a step
+    grouped_sesame = run(ts, tmp_path, "sst2", "sesame_grouped_bf16", ov)
+    same = run(ts, tmp_path, "sst2", "hf_fast_same_batches", ov)
+    assert same["switches"]["sampler"] == "LengthGroupedShuffleSampler" and same["switches"]["linear_dtype"] == "bfloat16"
+    assert same["tokens_per_step"] == grouped_sesame["tokens_per_step"] != sesame["tokens_per_step"]
+    pair = [{**r, "task": "sst2", "rep": 1} for r in (grouped_sesame, same)]
+    assert ts.same_batches(pair, "sesame_grouped_bf16", "hf_fast_same_batches") == {"sst2": True}
 
     metric, metrics = ts.evaluate_hf(ov, Path(hf["hf_model"]), tmp_path / "eval")
     assert metric == sesame["metric"] == "val_accuracy"

@@ -47,6 +47,19 @@ def test_full_changes_the_encoder(make_cfg):
     assert any(".layer.0." in k for k in changed) and any("embeddings" in k for k in changed)
 
 
+def test_freeze_embeddings_leaves_the_word_embeddings_alone_and_trains_the_rest(make_cfg):
+    module, before = _fit(make_cfg("finetune=full", "finetune.freeze_embeddings=true"))
+    changed = _changed(module, before, "encoder.")
+    words = "encoder.model.embeddings.word_embeddings.weight"
+    assert words not in changed and module.encoder.model.get_input_embeddings().weight.grad is None
+    assert {"encoder.model.embeddings.position_embeddings.weight", "encoder.model.embeddings.LayerNorm.weight"} <= changed
+    assert any(".layer.0." in k for k in changed)
+    optimised = {id(p) for group in module.trainer.optimizers[0].param_groups for p in group["params"]}
+    assert id(module.encoder.model.get_input_embeddings().weight) not in optimised  # no AdamW state for it either
+    with pytest.raises(ConfigError, match="freeze_embeddings"):
+        FinetuneSettings.from_config(make_cfg("finetune.freeze_embeddings=true", "finetune.sparse_embeddings=true").finetune)
+
+
 def test_top_k_trains_only_the_top_layers(make_cfg):
     module, before = _fit(make_cfg("finetune=top_k", "finetune.top_k=1"))
     changed = _changed(module, before, "encoder.")
