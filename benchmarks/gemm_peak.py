@@ -55,22 +55,27 @@ def count_flops(run: Callable[[], Any]) -> dict[str, Any]:
     return {"total": int(counter.get_total_flops()), "by_op": by_op}
 
 
-def bert_step_flops(config: Any, batch: int, length: int, head: str, num_labels: int = 2) -> int:
+def bert_step_flops(config: Any, batch: int, length: int, head: str, num_labels: int = 2,
+                    summary_top_layer: bool = False) -> int:
     """Forward + backward FLOPs of a BERT encoder (``config``: hidden_size, intermediate_size,
     num_hidden_layers) on ``batch`` x ``length`` tokens, and its ``head``: ``sequence`` (pooler dense on
     [CLS], then a linear to ``num_labels``) or ``qa`` (a linear to 2 on every token). Matrix products only,
     as the counter counts: per layer Q, K, V and output projections (4 x 2NH^2), the feed-forward
     (2 x 2NHI), and attention's QK^T and PV (2 x 2BT^2H); a backward computes both the input's and the
-    weight's gradient of every product: twice the forward."""
+    weight's gradient of every product: twice the forward. ``summary_top_layer``: the top layer runs at
+    [CLS] alone (``encoder.top_layer_at_summary``): K and V for every token, the rest for one per sequence."""
     h, inner, tokens = config.hidden_size, config.intermediate_size, batch * length
     layer = 2 * tokens * (4 * h * h + 2 * h * inner) + 2 * 2 * batch * length * length * h
+    top = layer
+    if summary_top_layer:
+        top = 2 * tokens * 2 * h * h + 2 * batch * (2 * h * h + 2 * h * inner) + 2 * 2 * batch * length * h
     if head == "sequence":
         head_flops = 2 * batch * h * h + 2 * batch * h * num_labels
     elif head == "qa":
         head_flops = 2 * tokens * h * 2
     else:
         raise ValueError(f"head {head!r}: sequence or qa")
-    return 3 * (config.num_hidden_layers * layer + head_flops)
+    return 3 * ((config.num_hidden_layers - 1) * layer + top + head_flops)
 
 
 # GEMM rates ----------------------------------------------------------------------------------------

@@ -166,13 +166,22 @@ def measure_loops(workload: Workload, precision: str, args: argparse.Namespace) 
     return out
 
 
+def runs_summary_top_layer(model: Any) -> bool:
+    """Whether ``model`` (a side's) is a sesame network whose top layer runs at [CLS] alone."""
+    encoder = getattr(model, "encoder", None)
+    if not getattr(model, "reads_summary_only", False) or not hasattr(encoder, "runs_top_layer_at_summary"):
+        return False
+    top = encoder.num_hidden_states - 1 if model.encoder_layers_run is None else model.encoder_layers_run
+    return encoder.runs_top_layer_at_summary(top)
+
+
 def count_side_flops(workload: Workload, side: Side, precision: str) -> dict[str, Any]:
     """The side's forward + backward FLOPs (counted), and the BERT formula's count where the encoder is a BERT."""
     counted = count_flops(lambda: side.forward_backward(precision == "bf16"))
     config, mask = workload.sesame.model.encoder.config, side.batch["attention_mask"]
     try:
         formula = bert_step_flops(config, int(mask.shape[0]), int(mask.shape[1]), WORKLOADS[workload.name]["kind"],
-                                  len(workload.cfg.data.get("label_names") or [0, 1]))
+                                  len(workload.cfg.data.get("label_names") or [0, 1]), runs_summary_top_layer(side.model))
     except AttributeError:  # not a BERT-shaped config
         formula = None
     return {**counted, "formula": formula}

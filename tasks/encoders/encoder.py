@@ -297,14 +297,15 @@ class Encoder(nn.Module):
         return self._stack
 
     @contextmanager
-    def _stack_cut_to(self, num_layers: int | None) -> Iterator[None]:
+    def _stack_cut_to(self, num_layers: int | None, capturing: bool = True) -> Iterator[None]:
         """The model's layer stack holds only its first ``num_layers`` layers (None: all) while the block
         runs: transformers' encoders loop over the stack, so the layers above never run. The module tree,
         the state dict and the parameters stay whole (the layers are swapped back afterwards)."""
         if num_layers is None:
             yield
             return
-        _install_output_hooks(self.model)
+        if capturing:  # the pass records hidden states: transformers' hooks must cover the whole stack first
+            _install_output_hooks(self.model)
         parent, attribute, stack = self._layer_stack()
         parent._modules[attribute] = stack[:num_layers]
         try:
@@ -350,7 +351,7 @@ class Encoder(nn.Module):
                 kwargs["global_attention_mask"] = mask
         # Asking for every hidden state keeps all of them alive until the batch ends (no-grad passes
         # would free each one after the next layer): only when the fusion reads more than the last.
-        with self._stack_cut_to(num_layers):
+        with self._stack_cut_to(num_layers, capturing=all_layers):
             out = self.model(**kwargs, output_hidden_states=all_layers, return_dict=True)
         if not all_layers or (num_layers == 0 and not out.hidden_states):
             # transformers records hidden states at each layer's call: with none run, the embeddings

@@ -143,10 +143,11 @@ def test_a_cached_fusion_run_reads_what_the_uncached_one_reads(make_cfg, tmp_pat
     from sesame.tasks.base.run_settings import RunSettings
     from sesame.tasks.runs.runner import attach_feature_cache, build_datamodule, build_module
 
-    for fusion, held in (("last", 1), ("sum_last_4", 4)):
+    # pooling=pooler reads [CLS] alone: the uncached encoder gives that token only (encoder.top_layer_at_summary)
+    for fusion, held, pooling in (("last", 1, "pooler"), ("sum_last_4", 4, "mean")):
         settings = RunSettings.from_config(make_cfg(
-            "finetune=frozen", f"fusion={fusion}", "data.max_train_examples=16", "data.max_eval_examples=16",
-            f"cache.dir={tmp_path / fusion}", "cache.enabled=true"))
+            "finetune=frozen", f"fusion={fusion}", f"pooling={pooling}", "data.max_train_examples=16",
+            "data.max_eval_examples=16", f"cache.dir={tmp_path / fusion}", "cache.enabled=true"))
         dm = build_datamodule(settings)
         dm.setup("fit")
         module = build_module(settings).eval()
@@ -155,7 +156,11 @@ def test_a_cached_fusion_run_reads_what_the_uncached_one_reads(make_cfg, tmp_pat
             uncached = module.encode(batch)
             attach_feature_cache(settings.cache, module, dm, progress=False)
             cached = module.encode(batch)
-        mask = batch["attention_mask"].bool()
+        assert module.reads_summary_only == (pooling == "pooler")
+        if module.reads_summary_only:
+            assert uncached.shape[1] == 1
+            cached = cached[:, :1]
+        mask = batch["attention_mask"][:, :uncached.shape[1]].bool()
         assert module.feature_cache.features.shape[1] == held and module.feature_cache.hits == 1
         torch.testing.assert_close(cached[mask], uncached[mask], rtol=1e-5, atol=1e-6)
 
