@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -86,8 +87,7 @@ def seed_noise(args: argparse.Namespace, params: dict[str, Any], out: Path) -> d
                       f"trainer.max_epochs={args.epochs}", f"trainer.val_check_interval={args.val_every}",
                       f"hydra.run.dir={run}", "overwrite=true"])
         scores.append(json.loads((run / "metrics.json").read_text())["val_accuracy"])
-    mean = sum(scores) / len(scores)
-    std = (sum((x - mean) ** 2 for x in scores) / (len(scores) - 1)) ** 0.5 if len(scores) > 1 else 0.0
+    std = statistics.stdev(scores) if len(scores) > 1 else 0.0
     return {"seeds": list(range(1, args.noise_seeds + 1)), "scores": scores, "std": std}
 
 
@@ -98,16 +98,17 @@ def trial_rows(trials: list[dict[str, Any]]) -> list[tuple]:
 def compare(plain: list[dict[str, Any]], pruned: list[dict[str, Any]], noise: float) -> dict[str, Any]:
     """The pruned search against the unpruned one: CPU time of each until a trial reaches the unpruned best
     (strict), and until one reaches it less one seed standard deviation (within seed noise)."""
-    best = summary(plain)["best_score"]
-    result: dict[str, Any] = {"summary": summary(pruned), "trials": trial_rows(pruned),
-                              "ratio_total": round(summary(pruned)["cpu_s"] / summary(plain)["cpu_s"], 3),
-                              "same_recipe": summary(plain)["best_params"] == summary(pruned)["best_params"]}
+    ours, theirs = summary(pruned), summary(plain)
+    best = theirs["best_score"]
+    result: dict[str, Any] = {"summary": ours, "trials": trial_rows(pruned),
+                              "ratio_total": round(ours["cpu_s"] / theirs["cpu_s"], 3),
+                              "same_recipe": theirs["best_params"] == ours["best_params"]}
     for name, target in (("best", best), ("within_noise", best - noise)):
         plain_s, pruned_s = cpu_to_reach(plain, target), cpu_to_reach(pruned, target)
         result[name] = {"target": target, "unpruned_cpu_s": plain_s, "pruned_cpu_s": pruned_s,
                         "ratio": None if pruned_s is None else round(pruned_s / plain_s, 3),
                         "ratio_to_whole_unpruned_search": None if pruned_s is None
-                        else round(pruned_s / summary(plain)["cpu_s"], 3)}
+                        else round(pruned_s / theirs["cpu_s"], 3)}
     return result
 
 

@@ -168,11 +168,9 @@ def measure_loops(workload: Workload, precision: str, args: argparse.Namespace) 
 
 def runs_summary_top_layer(model: Any) -> bool:
     """Whether ``model`` (a side's) is a sesame network whose top layer runs at [CLS] alone."""
-    encoder = getattr(model, "encoder", None)
-    if not getattr(model, "reads_summary_only", False) or not hasattr(encoder, "runs_top_layer_at_summary"):
+    if not getattr(model, "reads_summary_only", False):  # the Trainer's model has no such attribute
         return False
-    top = encoder.num_hidden_states - 1 if model.encoder_layers_run is None else model.encoder_layers_run
-    return encoder.runs_top_layer_at_summary(top)
+    return model.encoder.runs_top_layer_at_summary(model.layers_run)
 
 
 def count_side_flops(workload: Workload, side: Side, precision: str) -> dict[str, Any]:

@@ -107,6 +107,8 @@ POOLINGS: dict[str, type[nn.Module]] = {
 
 #: The poolings that read the summary token.
 SUMMARY_POOLINGS = ("cls", "cls_mean", "pooler")
+#: The poolings that read the summary token and nothing else.
+SUMMARY_ONLY_POOLINGS = ("cls", "pooler")
 
 
 def build_pooling(name: str, hidden_size: int, summary_token: str = "first") -> nn.Module:

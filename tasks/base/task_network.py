@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from sesame.heads.fusion import LayerFusion
-from sesame.heads.pooling import PoolerPooling, build_pooling
+from sesame.heads.pooling import SUMMARY_ONLY_POOLINGS, PoolerPooling, build_pooling
 from sesame.tasks.base.run_settings import PoolingSettings, RunSettings
 from sesame.tasks.core.errors import ConfigError, DataError, settings_check
 from sesame.tasks.encoders.encoder import Encoder, encoder_inputs
@@ -98,7 +98,8 @@ class EncoderTaskNetwork(nn.Module):
     def _pools_first_token(self) -> bool:
         """Whether the head reads nothing but the first token's fused feature: a pooling of the summary
         token alone (``cls``, ``pooler``) where it comes first; the fusion is position by position."""
-        if not self.pools_sequences or self.settings.pooling is None or self.settings.pooling.name not in ("cls", "pooler"):
+        pooling = self.settings.pooling
+        if not self.pools_sequences or pooling is None or pooling.name not in SUMMARY_ONLY_POOLINGS:
             return False
         return self.encoder.family.summary_token == "first"
 
@@ -175,6 +176,11 @@ class EncoderTaskNetwork(nn.Module):
         checkpoint["state_dict"].update({k: params[k].detach().clone() for k in record["keys"]})
 
     # Features ---------------------------------------------------------------------------------------
+    @property
+    def layers_run(self) -> int:
+        """How many encoder layers a forward pass runs: the index of the top hidden state it gives."""
+        return self.encoder.num_hidden_states - 1 if self.encoder_layers_run is None else self.encoder_layers_run
+
     def hidden_states(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
         """The hidden states the fusion reads, each [B, T, H] ([B, 1, H] where :attr:`reads_summary_only`):
         all of them (up to the highest the fusion reads, when the layers above are skipped), or only the one
@@ -185,8 +191,7 @@ class EncoderTaskNetwork(nn.Module):
             if cached is not None:
                 return cached
         with torch.set_grad_enabled(torch.is_grad_enabled() and (self.encoder_graph_always or not self.encoder_frozen)):
-            top = self.encoder.num_hidden_states - 1 if self.encoder_layers_run is None else self.encoder_layers_run
-            return self.encoder(**encoder_inputs(batch), all_layers=self.fusion.indices != (top,),
+            return self.encoder(**encoder_inputs(batch), all_layers=self.fusion.indices != (self.layers_run,),
                                 num_layers=self.encoder_layers_run, summary_only=self.reads_summary_only)
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

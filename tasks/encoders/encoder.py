@@ -317,11 +317,16 @@ class Encoder(nn.Module):
         """Whether the forward pass can run layer ``top_layer`` (1 = the first) at the summary token alone
         (``tasks/encoders/summary_layer.py``): a BERT-style family whose summary token comes first, and a
         layer nothing hooks into. Layers run whole while the model is being exported."""
+        return self._summary_layer(top_layer) is not None
+
+    def _summary_layer(self, top_layer: int) -> nn.Module | None:
+        """Layer ``top_layer`` where :meth:`runs_top_layer_at_summary`, else None."""
         if not self.family.summary_layer or top_layer < 1 or self.family.shared_layers:
-            return False
+            return None
         if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
-            return False
-        return runs_at_summary(self._layer_stack()[2][top_layer - 1])
+            return None
+        layer = self._layer_stack()[2][top_layer - 1]
+        return layer if runs_at_summary(layer) else None
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
@@ -331,9 +336,10 @@ class Encoder(nn.Module):
         layer run computes only that (where :meth:`runs_top_layer_at_summary`; else the layers run whole and
         their outputs are cut to it). The head must read nothing else."""
         top = self.num_hidden_states - 1 if num_layers is None else num_layers
-        if summary_only and self.runs_top_layer_at_summary(top):
+        layer = self._summary_layer(top) if summary_only else None
+        if layer is not None:
             below = self._forward(input_ids, attention_mask, token_type_ids, all_layers, top - 1)
-            summary = summary_layer_forward(self._layer_stack()[2][top - 1], below[-1], attention_mask)
+            summary = summary_layer_forward(layer, below[-1], attention_mask)
             return (*(h[:, :1] for h in below), summary) if all_layers else (summary,)
         states = self._forward(input_ids, attention_mask, token_type_ids, all_layers, num_layers)
         return tuple(h[:, :1] for h in states) if summary_only else states
