@@ -4,6 +4,7 @@ prediction files without sesame."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 from collections.abc import Callable, Sequence
@@ -188,6 +189,21 @@ def unicode_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("unicode_bert"), extra_tokens=unicode_tokens())
 
 
+_COMPOSED: dict[tuple[str, ...], DictConfig] = {}
+
+
+def composed(overrides: Sequence[str]) -> DictConfig:
+    """The real config of ``sesame-train <overrides>``, composed once per test process and handed out as a
+    copy each caller may change: a compose reads and merges every YAML file of ``conf/`` (about 0.1 s), and
+    the suite asks for the same configs hundreds of times. Interpolations (``${data_dir:...}``, ``${oc.env:...}``)
+    stay unresolved in it, so they read the caller's environment when used."""
+    key = tuple(overrides)
+    if key not in _COMPOSED:
+        with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+            _COMPOSED[key] = compose(config_name="config", overrides=list(overrides))
+    return copy.deepcopy(_COMPOSED[key])
+
+
 @pytest.fixture(scope="session")
 def make_cfg(tiny_bert_dir: Path) -> Callable[..., DictConfig]:
     """``make_cfg("task=glue", "finetune=frozen", ...)``: the real config, tiny encoder, a few batches."""
@@ -196,7 +212,6 @@ def make_cfg(tiny_bert_dir: Path) -> Callable[..., DictConfig]:
         base = ["trainer=debug", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
         if tiny:
             base.append(f"encoder.name_or_path={tiny_bert_dir}")
-        with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
-            return compose(config_name="config", overrides=[*base, *overrides])
+        return composed([*base, *overrides])
 
     return make

@@ -16,6 +16,7 @@ and the top-level keys that only say how a run was started (``resume``, ``overwr
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -37,14 +38,21 @@ QUIET = tuple(f"task.{role}" for role in ("settings", "network", "module", "data
 
 
 def task_defaults(task_name: str) -> dict[str, Any]:
-    """The composed default config of ``sesame-train task=<task_name>``, resolved where it can be."""
-    overrides = [f"task={task_name}"]
-    if GlobalHydra.instance().is_initialized():  # inside a Hydra app (sesame-eval): its search path
-        cfg = compose(config_name="config", overrides=overrides)
-    else:
-        with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
-    return OmegaConf.to_container(cfg, resolve=False)
+    """The composed default config of ``sesame-train task=<task_name>``, not resolved.
+
+    Outside a Hydra app the config is composed from sesame's own ``conf/`` once per task and process:
+    every checkpoint a process loads goes through here, and a compose costs about 0.1 s (a process that
+    scores or exports several runs, a test session). Inside one (sesame-eval) it is composed on the app's
+    search path, which a user may have extended, every time."""
+    if GlobalHydra.instance().is_initialized():
+        return OmegaConf.to_container(compose(config_name="config", overrides=[f"task={task_name}"]), resolve=False)
+    return copy.deepcopy(_shipped_task_defaults(task_name))
+
+
+@functools.cache
+def _shipped_task_defaults(task_name: str) -> dict[str, Any]:
+    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config", overrides=[f"task={task_name}"]), resolve=False)
 
 
 def _missing(saved: Mapping[str, Any], defaults: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:

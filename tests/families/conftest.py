@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.core.paths import shipped_path
+from tests.conftest import composed
 from tests.families import cells
 from tests.families.builders import build_family, training_sentences
 
@@ -86,9 +86,8 @@ def family_cfg(family_dir: Callable[[str], Path], pair_data: Path) -> Callable[.
         data = [f"data.train_file={pair_data / 'train.tsv'}", f"data.validation_file={pair_data / 'dev.tsv'}"] \
             if task == "glue" else []
         settings = cells.run_settings(name, task)
-        with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
-            return compose(config_name="config", overrides=[
-                *COMMON, *TASK_OVERRIDES[task], *data, *settings, f"encoder.name_or_path={family_dir(name)}", *overrides])
+        return composed([*COMMON, *TASK_OVERRIDES[task], *data, *settings, f"encoder.name_or_path={family_dir(name)}",
+                         *overrides])
 
     return make
 

@@ -26,6 +26,19 @@ def test_missing_settings_take_the_tasks_defaults():
     assert with_added_settings({"task": {"name": "squad_v2"}, "data": {}})["data"]["train_windows"] == "all"
 
 
+def test_the_defaults_composed_once_per_task_are_handed_out_as_copies():
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    first = task_defaults("ner")
+    with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
+        composed = OmegaConf.to_container(compose(config_name="config", overrides=["task=ner"]), resolve=False)
+    assert first == composed  # what a compose of sesame-train task=ner gives, not another task's
+    first["data"]["batch_size"] = -1
+    first["data"].clear()
+    assert task_defaults("ner") == composed  # a caller that changes its copy changes no other caller's
+
+
 def test_an_older_full_run_loads_to_its_own_predictions(make_cfg, tmp_path, caplog):
     train(RunSettings.from_config(make_cfg("trainer.limit_train_batches=2")), tmp_path)
     path = tmp_path / "checkpoints" / "best.ckpt"
