@@ -9,6 +9,9 @@ evaluation forward on ``--eval-batch`` windows. Arms (what ``trainer.precision``
   fp32            eager, float32 (the default)
   bf16            eager, ``torch.autocast("cpu", torch.bfloat16)`` (``trainer.precision=bf16-mixed``)
   compiled        ``nn.Module.compile(dynamic=True)`` on the encoder (``trainer.compile=true``), float32
+  compiled_static ``nn.Module.compile(dynamic=False)``: one graph per batch shape, as batches padded to a
+                  multiple of N tokens (``data.pad_to_multiple_of``) would allow; the timed batches have one
+                  shape each, so this is compile at its best
 
 Each arm has its own copy of the module, built from the same weights. After ``--warmup`` untimed
 rounds (compilation happens there; its time is reported separately), ``--rounds`` timed rounds each
@@ -33,7 +36,7 @@ from pathlib import Path
 import torch
 from sesame.tasks.base.run_settings import RunSettings
 
-ARMS = ("fp32", "bf16", "compiled")
+ARMS = ("fp32", "bf16", "compiled", "compiled_static")
 
 
 def build(max_seq_length: int):  # noqa: ANN201
@@ -77,8 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     compile_seconds = {}
     for arm in arms:
         module = copy.deepcopy(base)
-        if arm == "compiled":
-            module.encoder.model.compile(dynamic=True)
+        if arm in ("compiled", "compiled_static"):
+            module.encoder.model.compile(dynamic=arm == "compiled")
         modules[arm] = module
         optimizers[arm] = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-5, fused=True)
 
