@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from sesame.tasks.core.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -123,6 +125,73 @@ class LengthGroupedShuffleSampler(ResumableShuffleSampler):
         return self.this_rank(np.concatenate(shuffled).tolist() if shuffled else [])
 
 
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Training batches by token budget (``data.max_tokens``, as fairseq's ``--max-tokens``): each batch holds as
+    many examples as fit in ``max_tokens`` padded tokens, so batches of short examples hold more of them.
+
+    The epoch's shuffle (``self.sampler``'s, fixed by ``(seed, epoch)``: Lightning's ``set_epoch`` reaches it there)
+    is cut into mega-batches of about ``mega_batches`` batches' worth of examples; each is sorted by length and cut
+    greedily into batches whose padded size (examples x the longest one's ``padded_length``) stays within the
+    budget, and the order of all batches is shuffled again. Every example is in exactly one batch of the epoch.
+
+    Under DDP (``world_size`` N > 1) the batches are dealt in rounds of N: rank r takes the r-th of each round, and
+    a last round with fewer than N batches is left out, so every rank runs the same number of steps. ``skip``
+    counts this rank's batches already trained on (a resumed run), skipped once.
+
+    ``len()`` is this rank's batch count of the current epoch; it changes a little from epoch to epoch as the
+    shuffle packs differently (the learning-rate schedule is sized from the first epoch's).
+    """
+
+    def __init__(self, lengths: Sequence[int], max_tokens: int, seed: int, epoch: int = 0, skip: int = 0,
+                 mega_batches: int = 50, padded_length: Callable[[int], int] | None = None, *, rank: int = 0,
+                 world_size: int = 1) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.padded_length = padded_length or (lambda n: n)
+        self.max_tokens, self.mega_batches = max_tokens, mega_batches
+        longest = self.padded_length(int(self.lengths.max(initial=0)))
+        if longest > max_tokens:
+            raise ConfigError(f"data.max_tokens={max_tokens}: the longest training example takes {longest} tokens "
+                              "once padded (a multiple-choice example: every ending), more than a batch may hold. "
+                              f"Fix: data.max_tokens={longest} or more")
+        self.sampler = ResumableShuffleSampler(len(self.lengths), seed, epoch=epoch)
+        self.rank, self.world_size, self._skip = rank, world_size, skip
+        self._cut: tuple[int, list[np.ndarray]] | None = None  # (epoch, its batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def epoch_batches(self) -> list[np.ndarray]:
+        """Every batch of the epoch (all ranks'), in training order: the same list every time it is asked for."""
+        epoch = self.sampler.epoch
+        if self._cut is None or self._cut[0] != epoch:
+            generator = self.sampler.epoch_generator()
+            order = torch.randperm(len(self.lengths), generator=generator).numpy()
+            mean = max(float(self.lengths.mean()) if len(self.lengths) else 1.0, 1.0)
+            mega = max(1, int(self.mega_batches * self.max_tokens / mean))
+            batches: list[np.ndarray] = []
+            for lo in range(0, len(order), mega):
+                chunk = order[lo : lo + mega]
+                chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
+                start = 0
+                while start < len(chunk):  # longest first: a batch's padded length is its first example's
+                    size = max(1, self.max_tokens // self.padded_length(int(self.lengths[chunk[start]])))
+                    batches.append(chunk[start : start + size])
+                    start += size
+            self._cut = epoch, [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        return self._cut[1]
+
+    def _this_rank(self) -> list[np.ndarray]:
+        batches = self.epoch_batches()
+        rounds = len(batches) // self.world_size
+        return batches[self.rank : rounds * self.world_size : self.world_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start, self._skip = self._skip, 0
+        return iter([batch.tolist() for batch in self._this_rank()[start:]])
+
+    def __len__(self) -> int:
+        return len(self._this_rank())
+
 def make_loader(
     dataset: Dataset,
     *,
@@ -134,17 +203,37 @@ def make_loader(
     seed: int = 0,
     resume_at: tuple[int, int] | None = None,
     group_by_length: bool = False,
+    max_tokens: int | None = None,
+    padded_length: Callable[[int], int] | None = None,
     rank: int = 0,
     world_size: int = 1,
 ) -> DataLoader:
     """Training: a resumable shuffle (``resume_at`` = (epoch, batches already done)), length-grouped
-    with ``group_by_length`` (``lengths`` per example). Evaluation: length-sorted batches.
+    with ``group_by_length`` (``lengths`` per example), or batches of up to ``max_tokens`` padded tokens
+    (:class:`TokenBudgetBatchSampler`; an example's padded length is ``padded_length`` of its length, and
+    ``batch_size`` is not used). Evaluation: length-sorted batches.
 
     ``batch_size`` is per process; under DDP (``world_size`` > 1, this process ``rank``) the samplers
     shard themselves (Lightning must not wrap them: ``use_distributed_sampler=False``), training
     batches as one process with batch ``world_size * batch_size`` would see them."""
     common = {"collate_fn": collate_fn, "num_workers": num_workers, "persistent_workers": num_workers > 0}
     shard = {"rank": rank, "world_size": world_size}
+    if train and max_tokens:
+        if lengths is None:
+            raise ValueError("token-budget training batches need per-example lengths")
+        epoch, done = resume_at or (0, 0)
+        budget = TokenBudgetBatchSampler(lengths, max_tokens, seed, epoch=epoch, skip=done, padded_length=padded_length,
+                                         **shard)
+        batches = len(budget.epoch_batches())
+        if batches < world_size:
+            raise ConfigError(f"data.max_tokens={max_tokens} packs the {len(lengths)} training examples into {batches} "
+                              f"batch(es), fewer than the {world_size} processes: under DDP every rank trains on a batch "
+                              "of each round. Fix: lower data.max_tokens (or trainer.devices / trainer.num_nodes)")
+        if batches % world_size and rank == 0:
+            log.warning("%d processes: %d of this epoch's %d token-budget batches make a last round that is not whole, "
+                        "which DDP leaves out (others each epoch, as the shuffle changes)", world_size,
+                        batches % world_size, batches)
+        return DataLoader(dataset, batch_sampler=budget, **common)
     if train:
         epoch, done = resume_at or (0, 0)
         skip = done * batch_size * world_size  # global batches done x global batch
@@ -198,7 +287,8 @@ class PaddingCollator:
         """The same collator, padding to a multiple of ``multiple_of`` tokens (None: to the longest)."""
         return PaddingCollator(self.pad_values, multiple_of, max_length, self.grouped)
 
-    def _length(self, longest: int) -> int:
+    def padded_length(self, longest: int) -> int:
+        """What a batch whose longest example has ``longest`` tokens is padded to."""
         if not self.multiple_of:
             return longest
         rounded = -(-longest // self.multiple_of) * self.multiple_of
@@ -214,7 +304,7 @@ class PaddingCollator:
             elif isinstance(first, (list, tuple, np.ndarray)):
                 rows = [np.asarray(e[key]) for e in examples]
                 dtype = _batch_dtype(rows[0].dtype)
-                longest = self._length(max(len(r) for r in rows))
+                longest = self.padded_length(max(len(r) for r in rows))
                 out = np.full((len(rows), longest, *rows[0].shape[1:]), self.pad_values.get(key, 0), dtype=dtype)
                 for i, row in enumerate(rows):
                     out[i, : len(row)] = row
@@ -230,7 +320,7 @@ class PaddingCollator:
         if not members:
             raise ValueError(f"field {key!r}: every example's group is empty")
         width = max(len(group) for group in groups)
-        longest = self._length(max(len(m) for m in members))
+        longest = self.padded_length(max(len(m) for m in members))
         out = np.full((len(groups), width, longest, *members[0].shape[1:]), self.pad_values.get(key, 0),
                       dtype=_batch_dtype(members[0].dtype))
         for i, group in enumerate(groups):

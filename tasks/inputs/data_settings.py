@@ -34,6 +34,7 @@ class DataSettings(Settings):
     num_workers: int
     group_by_length: bool  # training batches of similar length, shuffled batch by batch
     pad_to_multiple_of: int | None  # batches padded to a multiple of this many tokens (null: to the longest)
+    max_tokens: int | None  # training batches of up to this many padded tokens, not batch_size examples (null: off)
 
     def __post_init__(self) -> None:
         for key in ("max_seq_length", "batch_size", "eval_batch_size"):
@@ -46,6 +47,10 @@ class DataSettings(Settings):
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ConfigError(f"data.pad_to_multiple_of={self.pad_to_multiple_of}: use a positive number of tokens "
                               "(e.g. 32), or null to pad each batch to its longest example")
+        if self.max_tokens is not None and self.max_tokens < self.max_seq_length:
+            raise ConfigError(f"data.max_tokens={self.max_tokens} is below data.max_seq_length={self.max_seq_length}: "
+                              f"the longest example would not fit in a batch. Fix: data.max_tokens={self.max_seq_length} "
+                              "or more (e.g. batch_size x max_seq_length), or null for batches of data.batch_size examples")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers}: use 0 (load in the main process) or more")
 

@@ -72,17 +72,18 @@ class SplitDataModule(L.LightningDataModule):
         # Under DDP sesame's samplers shard themselves (tasks/inputs/batching.py); no trainer yet (the
         # feature cache's loaders): one process, every example.
         rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        if train and world_size > 1 and len(dataset) < batch_size * world_size:
+        budget = s.max_tokens if train else None
+        if train and not budget and world_size > 1 and len(dataset) < batch_size * world_size:
             raise ConfigError(
                 f"data.batch_size={batch_size} on {world_size} processes makes global batches of "
                 f"{batch_size * world_size}, more than the {len(dataset)} training examples (QA: windows): under DDP every rank "
                 f"trains on full batches only. Fix: lower data.batch_size (or trainer.devices / trainer.num_nodes)")
+        collator = self.collator.padded_to(s.pad_to_multiple_of, s.max_seq_length)
         return make_loader(
-            dataset, train=train, batch_size=batch_size, num_workers=int(s.num_workers),
-            collate_fn=self.collator.padded_to(s.pad_to_multiple_of, s.max_seq_length),
-            lengths=self.example_lengths(split) if not train or s.group_by_length else None, seed=self.seed,
+            dataset, train=train, batch_size=batch_size, num_workers=int(s.num_workers), collate_fn=collator,
+            lengths=self.example_lengths(split) if not train or s.group_by_length or budget else None, seed=self.seed,
             resume_at=self.resume_at, group_by_length=train and bool(s.group_by_length),
-            rank=rank, world_size=world_size,
+            max_tokens=budget, padded_length=collator.padded_length, rank=rank, world_size=world_size,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -16,6 +16,7 @@ from sesame.tasks.inputs.batching import (
     LengthSortedSampler,
     PaddingCollator,
     ResumableShuffleSampler,
+    TokenBudgetBatchSampler,
     make_loader,
 )
 
@@ -204,3 +205,95 @@ def test_a_bad_pad_multiple_is_refused(make_cfg, tmp_path):
 
     with pytest.raises(ConfigError, match=r"data.pad_to_multiple_of=0: use a positive number"):
         train(RunSettings.from_config(make_cfg("data.pad_to_multiple_of=0")), tmp_path / "run")
+
+
+# --- data.max_tokens: batches by token budget ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("multiple", [None, 32])
+def test_token_budget_batches_hold_every_example_once_within_the_budget(multiple):
+    """Each epoch is a deterministic cut of a permutation: every example once, each batch's padded tokens (examples x
+    the longest's padded length) within the budget; batches of short examples hold more of them; another epoch
+    shuffles again."""
+    collator = PaddingCollator({}, multiple_of=multiple, max_length=320)
+    sampler = TokenBudgetBatchSampler(LENGTHS, 1024, seed=5, padded_length=collator.padded_length)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(len(LENGTHS)))
+    assert len(sampler) == len(batches)
+    sizes = [len(b) * collator.padded_length(max(LENGTHS[i] for i in b)) for b in batches]
+    assert max(sizes) <= 1024
+    assert sum(sizes) / len(sizes) > 0.8 * 1024  # the greedy cut fills its batches
+    longest = next(b for b in batches if int(np.argmax(LENGTHS)) in b)
+    assert max(len(b) for b in batches) > 4 * len(longest)
+    assert [list(b) for b in TokenBudgetBatchSampler(LENGTHS, 1024, seed=5, padded_length=collator.padded_length)] == batches
+    sampler.set_epoch(1)
+    assert list(sampler) != batches and sorted(i for b in sampler for i in b) == list(range(len(LENGTHS)))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("done", [0, 5], ids=["whole_epoch", "resumed"])
+def test_token_budget_ranks_take_rounds_of_batches_and_a_resume_skips_its_own(world_size, done):
+    """Under DDP rank r takes the r-th batch of every whole round of ``world_size`` batches (so every rank runs as many
+    steps); a resumed loader (``resume_at`` = (epoch, batches done)) skips exactly the batches this rank trained on."""
+    whole = list(TokenBudgetBatchSampler(LENGTHS, 2048, seed=9, epoch=2))
+    rounds = len(whole) // world_size
+    per_rank = []
+    for rank in range(world_size):
+        loader = make_loader(list(range(len(LENGTHS))), train=True, batch_size=1, collate_fn=list, lengths=LENGTHS,
+                             seed=9, resume_at=(2, done), max_tokens=2048, rank=rank, world_size=world_size)
+        got = list(loader)
+        assert got == whole[rank : rounds * world_size : world_size][done:]
+        assert len(loader) == rounds  # the epoch's length counts what was skipped too
+        per_rank.append(len(got))
+        assert list(loader) == whole[rank : rounds * world_size : world_size]  # the next pass is the whole epoch
+    assert len(set(per_rank)) == 1
+
+
+def test_a_token_budget_too_small_for_the_longest_example_or_the_processes_is_refused(make_cfg):
+    from sesame.tasks.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"data.max_tokens=100: the longest training example takes 299 tokens.*"
+                                          r"Fix: data.max_tokens=299 or more"):
+        TokenBudgetBatchSampler(LENGTHS, 100, seed=0)
+    with pytest.raises(ConfigError, match=r"data.max_tokens=32 is below data.max_seq_length=64.*Fix"):
+        RunSettings.from_config(make_cfg("data.max_tokens=32"))
+    with pytest.raises(ConfigError, match=r"into 1 batch\(es\), fewer than the 2 processes.*Fix: lower data.max_tokens"):
+        make_loader(list(range(3)), train=True, batch_size=1, collate_fn=list, lengths=[5, 5, 5], max_tokens=64,
+                    rank=0, world_size=2)
+
+
+def test_a_run_with_max_tokens_trains_on_batches_within_the_budget(make_cfg, tmp_path, monkeypatch):
+    """data.max_tokens reaches the training loader of a run: batch sizes vary, none passes the budget, every
+    training sentence is seen once an epoch; evaluation batches stay data.eval_batch_size."""
+    import sesame.tasks.glue.module as glue_module
+    from sesame.tasks.runs.runner import train
+
+    seen: list[torch.Tensor] = []
+    original = glue_module.SentenceClassificationModule.training_step
+
+    def spy(self, batch, batch_idx):
+        seen.append(batch["attention_mask"].clone())
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
+    metrics = train(RunSettings.from_config(make_cfg("data.max_tokens=256", "data.max_train_examples=200",
+                                                     "trainer.limit_train_batches=null", "data.pad_to_multiple_of=8")),
+                    tmp_path / "run")
+    assert max(m.numel() for m in seen) <= 256 and all(m.shape[1] % 8 == 0 for m in seen)
+    assert len({m.shape[0] for m in seen}) > 2  # short sentences come in bigger batches
+    assert sum(m.shape[0] for m in seen) == 200
+    assert metrics["train_steps"] == len(seen) == metrics["train_steps_per_epoch"]
+
+
+def test_lightning_reaches_the_token_budget_epoch_so_each_epoch_draws_other_batches():
+    """Lightning calls ``set_epoch`` on a loader's ``sampler`` and ``batch_sampler.sampler``, not on the batch sampler:
+    the shuffle it draws from must be the one that hears it."""
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+
+    loader = make_loader(list(range(len(LENGTHS))), train=True, batch_size=1, collate_fn=list, lengths=LENGTHS, seed=4,
+                         max_tokens=2048)
+    first = list(loader)
+    _set_sampler_epoch(loader, 1)
+    second = list(loader)
+    assert second != first and sorted(i for b in second for i in b) == list(range(len(LENGTHS)))
+    assert second == list(TokenBudgetBatchSampler(LENGTHS, 2048, seed=4, epoch=1))
