@@ -9,6 +9,10 @@ Arms (each a full ``sesame-train`` run of one epoch in its own process, then the
   ``data.group_by_length=true``).
 - ``wnut17``: full WNUT-17 (3,394 train tweets; dev 1,009) from ``$SESAME_DATA_DIR``: ``random`` and
   ``grouped`` batches.
+- ``sst2``: the first 8,000 sentences of SST-2's training file from ``$SESAME_DATA_DIR``, the whole dev set
+  (872): ``grouped`` batches of 32 sentences against token-budget batches (``data.max_tokens``) of up to 448
+  padded tokens (``max_tokens_448``: about as many steps; these sentences average 13 tokens) and 1,024
+  (``max_tokens_1024``: fewer, fuller steps).
 
 Per run it reads ``train_throughput.json`` (step times, examples, real and padded tokens of the
 training steps; validation excluded) and ``metrics.json``; it reports per arm the mean over seeds
@@ -42,6 +46,7 @@ from sesame.tasks.base.run_settings import RunSettings
 
 SQUAD = ["task=squad_v1", "data=squad_v1_slice", "data.max_seq_length=256", "data.doc_stride=128", "data.batch_size=12"]
 WNUT = ["task=ner", "data=wnut17"]
+SST2 = ["data=sst2", "data.max_train_examples=8000"]
 #: task -> (main metric, {arm: overrides}); the first arm is the reference of the ratios.
 TASKS: dict[str, tuple[str, dict[str, list[str]]]] = {
     "squad": ("val_f1", {
@@ -50,6 +55,9 @@ TASKS: dict[str, tuple[str, dict[str, list[str]]]] = {
         "all_grouped": [*SQUAD, "data.train_windows=all", "data.group_by_length=true"],
     }),
     "wnut17": ("val_f1", {"random": WNUT, "grouped": [*WNUT, "data.group_by_length=true"]}),
+    "sst2": ("val_accuracy", {"grouped": [*SST2, "data.group_by_length=true"],
+                              "max_tokens_448": [*SST2, "data.max_tokens=448"],
+                              "max_tokens_1024": [*SST2, "data.max_tokens=1024"]}),
 }
 QUICK = ["trainer.limit_train_batches=3", "data.max_eval_examples=20"]
 

@@ -31,6 +31,22 @@ def padded_tokens(order: list[int], size: int) -> int:
     return sum(len(b) * max(LENGTHS[i] for i in b) for b in batches_of(order, size))
 
 
+def training_masks(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """The ``attention_mask`` [B, T] of every training batch the GLUE module steps on, as it happens (a list that
+    fills up; clear it between runs)."""
+    import sesame.tasks.glue.module as glue_module
+
+    seen: list[torch.Tensor] = []
+    original = glue_module.SentenceClassificationModule.training_step
+
+    def spy(self, batch, batch_idx):
+        seen.append(batch["attention_mask"].clone())
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
+    return seen
+
+
 def test_length_grouped_shuffle_is_a_deterministic_permutation_with_less_padding():
     grouped = list(LengthGroupedShuffleSampler(LENGTHS, batch_size=16, seed=3, mega_batches=8))
     assert sorted(grouped) == list(range(len(LENGTHS)))
@@ -70,18 +86,10 @@ def test_grouping_without_lengths_is_refused():
 def test_a_run_with_group_by_length_trains_on_grouped_batches_and_counts_its_tokens(make_cfg, tmp_path, monkeypatch):
     """Grouped batches span a narrow band of lengths, and train_throughput.json counts exactly the
     examples, real tokens and padded tokens the training steps saw: fewer padded ones when grouped."""
-    import sesame.tasks.glue.module as glue_module
     from sesame.tasks.runs.runner import train
     from sesame.tasks.runs.throughput import THROUGHPUT_FILE
 
-    seen: list[torch.Tensor] = []
-    original = glue_module.SentenceClassificationModule.training_step
-
-    def spy(self, batch, batch_idx):
-        seen.append(batch["attention_mask"].clone())
-        return original(self, batch, batch_idx)
-
-    monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
+    seen = training_masks(monkeypatch)
     counts = {}
     for grouped in (True, False):
         seen.clear()
@@ -176,24 +184,16 @@ def test_padding_to_a_multiple_rounds_the_batch_length_up_but_never_past_the_max
 def test_a_run_pads_its_batches_to_a_multiple_and_learns_the_same(make_cfg, tmp_path, monkeypatch):
     """data.pad_to_multiple_of reaches every loader of a run; the extra padding is masked, so the
     logits are those of the unpadded batches."""
-    import sesame.tasks.glue.module as glue_module
     from sesame.tasks.runs.runner import train
 
-    shapes: list[tuple[int, ...]] = []
-    original = glue_module.SentenceClassificationModule.training_step
-
-    def spy(self, batch, batch_idx):
-        shapes.append(tuple(batch["input_ids"].shape))
-        return original(self, batch, batch_idx)
-
-    monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
+    seen = training_masks(monkeypatch)
     metrics = {}
     for multiple in (None, 16):
-        shapes.clear()
+        seen.clear()
         setting = "null" if multiple is None else multiple
         metrics[multiple] = train(RunSettings.from_config(make_cfg(f"data.pad_to_multiple_of={setting}", "data.batch_size=8",
                                            "trainer.limit_train_batches=3", "data.group_by_length=true")), tmp_path / str(multiple))
-        lengths = {s[1] for s in shapes}
+        lengths = {m.shape[1] for m in seen}
         assert all(n % 16 == 0 for n in lengths) == (multiple == 16), lengths
     keys = [k for k in metrics[None] if k.startswith("val_") and isinstance(metrics[None][k], float)]
     assert keys and all(metrics[16][k] == pytest.approx(metrics[None][k], abs=1e-4) for k in keys)
@@ -265,17 +265,9 @@ def test_a_token_budget_too_small_for_the_longest_example_or_the_processes_is_re
 def test_a_run_with_max_tokens_trains_on_batches_within_the_budget(make_cfg, tmp_path, monkeypatch):
     """data.max_tokens reaches the training loader of a run: batch sizes vary, none passes the budget, every
     training sentence is seen once an epoch; evaluation batches stay data.eval_batch_size."""
-    import sesame.tasks.glue.module as glue_module
     from sesame.tasks.runs.runner import train
 
-    seen: list[torch.Tensor] = []
-    original = glue_module.SentenceClassificationModule.training_step
-
-    def spy(self, batch, batch_idx):
-        seen.append(batch["attention_mask"].clone())
-        return original(self, batch, batch_idx)
-
-    monkeypatch.setattr(glue_module.SentenceClassificationModule, "training_step", spy)
+    seen = training_masks(monkeypatch)
     metrics = train(RunSettings.from_config(make_cfg("data.max_tokens=256", "data.max_train_examples=200",
                                                      "trainer.limit_train_batches=null", "data.pad_to_multiple_of=8")),
                     tmp_path / "run")
