@@ -48,7 +48,8 @@ def test_load_tag_names_needs_a_training_file_or_valid_names(write_file) -> None
     base = {
         "train_file": None, "validation_file": None, "format": "auto", "tag_column": -1, "tag_scheme": "auto",
         "max_seq_length": 16, "label_all_subwords": False, "batch_size": 2, "eval_batch_size": 2,
-        "max_train_examples": None, "max_eval_examples": None, "num_workers": 0, "group_by_length": False, "pad_to_multiple_of": None, "test_file": None, "tag_names": None,
+        "max_train_examples": None, "max_eval_examples": None, "num_workers": 0, "group_by_length": False, "pad_to_multiple_of": None, "max_tokens": None, "test_file": None,
+        "tag_names": None,
     }
     with pytest.raises(ConfigError, match="set data.train_file.*or data.tag_names"):
         load_tag_names(NerDataSettings.from_config(base))
