@@ -13,6 +13,7 @@ searches pick the same recipe. The feature cache is built first, by a one-step r
 
     python benchmarks/optuna_pruning.py                                    # 16 trials, 3 epochs, 8,000 examples
     python benchmarks/optuna_pruning.py --trials 24 --epochs 4 --max-train-examples 20000
+    python benchmarks/optuna_pruning.py --sampler random   # both searches try the same recipes in the same order
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def sesame_train(overrides: list[str]) -> None:
 
 def search(args: argparse.Namespace, pruner: str, sweep: Path) -> list[dict[str, Any]]:
     """Run one search; its trials from the ledger, in order."""
-    sesame_train(["--multirun", "+experiment=optuna_sst2", *common(args), f"hydra.sweeper.n_trials={args.trials}",
+    sesame_train(["--multirun", "+experiment=optuna_sst2", *common(args), f"hydra/sweeper/sampler={args.sampler}",
+                  "hydra.sweeper.sampler.seed=42", f"hydra.sweeper.n_trials={args.trials}",
                   f"hydra.sweeper.pruner={pruner}", f"trainer.max_epochs={args.epochs}",
                   f"trainer.val_check_interval={args.val_every}", f"hydra.sweep.dir={sweep}",
                   "~hydra.callbacks.sweep_report"])
@@ -121,6 +123,10 @@ def main() -> None:
     parser.add_argument("--pruner", action="append", default=None,
                         help="a pruned search with this pruner (repeatable; default: median), e.g. "
                         "'{name:successive_halving,min_resource:1,reduction_factor:3}'")
+    parser.add_argument("--sampler", default="tpe", choices=("tpe", "random"),
+                        help="Optuna's sampler of both searches, seed 42 (default tpe). With random the searches try "
+                        "the same recipes in the same order, whatever the pruner stops; TPE proposes from what it saw, "
+                        "pruned trials included")
     parser.add_argument("--noise-seeds", type=int, default=3,
                         help="retrain the unpruned best recipe with this many other seeds to measure seed noise (0: none)")
     parser.add_argument("--cache-dir", default=None, help="feature cache (default: <out>/cache)")

@@ -214,7 +214,7 @@ def test_predictions_from_an_onnx_folder_load_no_lightning(exported, name):
 
     folder, _ = exported(name)
     inputs = _raw_inputs(name)[:2]
-    outputs, imported = predict_in_a_fresh_process(folder, inputs, ("lightning", "datasets"))
+    [(outputs, imported)] = predict_in_a_fresh_process([(folder, inputs)], ("lightning", "datasets"))
     assert len(outputs) == len(inputs)
     assert imported == (["datasets"] if name == "qa" else []), imported
 

@@ -219,30 +219,43 @@ RAW_INPUTS = {
     "ner_crf": [{"text": "Angela Merkel met Emmanuel Macron in Paris on Monday ."}, {"text": "no names here"}],
 }
 
-#: Predicts in a fresh process (argv: the model, the inputs as JSON, the packages to watch as JSON); prints
-#: the outputs, then which of the watched packages it imported.
+#: Predicts in a fresh process (argv: a JSON list of [model, inputs], the packages to watch as JSON); for each
+#: model in turn prints the outputs, then which of the watched packages it had imported by then.
 FRESH_PROCESS_PROBE = """
 import json, sys
 from sesame.tasks.inference.predictor import Predictor
-print(json.dumps(Predictor.from_run(sys.argv[1])(json.loads(sys.argv[2]))))
-print(json.dumps(sorted(name for name in json.loads(sys.argv[3]) if name in sys.modules)))
+for model, inputs in json.loads(sys.argv[1]):
+    print(json.dumps(Predictor.from_run(model)(inputs)))
+    print(json.dumps(sorted(name for name in json.loads(sys.argv[2]) if name in sys.modules)))
 """
 
 
-def predict_in_a_fresh_process(model: Path, inputs: list[dict], watched: tuple[str, ...]) -> tuple[list[dict], list[str]]:
-    """``(outputs, imported)``: ``Predictor.from_run(model)(inputs)`` in a new one-thread process, and which
-    of the ``watched`` packages it imported (each costs start-up: README "Speed")."""
+def predict_in_a_fresh_process(jobs: list[tuple[Path, list[dict]]], watched: tuple[str, ...]) -> list[tuple[list[dict], list[str]]]:
+    """Per ``(model, inputs)`` of ``jobs``, in order, in one new one-thread process: ``(outputs, imported)``, the
+    outputs of ``Predictor.from_run(model)(inputs)`` and which of the ``watched`` packages the process had imported
+    once they were made (each costs start-up: README "Speed"). A job's list holds what the jobs before it imported."""
     import os
     import subprocess
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS_PROBE, str(model), json.dumps(inputs), json.dumps(watched)],
-                         env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()
-    return json.loads(out[-2]), json.loads(out[-1])
+    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS_PROBE, json.dumps([[str(m), i] for m, i in jobs]),
+                          json.dumps(watched)], env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    lines = out[-2 * len(jobs):]
+    return [(json.loads(lines[2 * k]), json.loads(lines[2 * k + 1])) for k in range(len(jobs))]
+
+
+@pytest.fixture(scope="module")
+def network_only_predictions(make_cfg, tmp_path_factory) -> dict[str, tuple[list[dict], list[str]]]:
+    """Every run of :data:`RAW_INPUTS` predicting its inputs, all in one fresh process (its imports cost about four
+    CPU seconds): ``{name: (outputs, the watched packages imported by then)}``."""
+    names = list(RAW_INPUTS)
+    jobs = [(trained_run(name, make_cfg, tmp_path_factory), RAW_INPUTS[name]) for name in names]
+    return dict(zip(names, predict_in_a_fresh_process(jobs, ("lightning", "torchmetrics"))))
 
 
 @pytest.mark.parametrize("name", list(RAW_INPUTS))
-def test_a_run_folder_predicts_with_its_network_alone_as_the_lightning_module_does(name, make_cfg, tmp_path_factory):
+def test_a_run_folder_predicts_with_its_network_alone_as_the_lightning_module_does(name, make_cfg, tmp_path_factory,
+                                                                                   network_only_predictions):
     """sesame-predict builds the task's network (``task.network``: plain torch) from the Lightning module's
     checkpoint, with the same predictions, and imports neither Lightning nor torchmetrics (about a second
     of start-up; README "Speed")."""
@@ -258,6 +271,6 @@ def test_a_run_folder_predicts_with_its_network_alone_as_the_lightning_module_do
     assert network.state_dict().keys() == module.state_dict().keys()
     inputs = RAW_INPUTS[name]
     expected = Predictor.from_runner(TorchRunner(load_trained(run)))(inputs)
-    outputs, imported = predict_in_a_fresh_process(run, inputs, ("lightning", "torchmetrics"))
+    outputs, imported = network_only_predictions[name]
     assert outputs == json.loads(json.dumps(expected))
     assert imported == [], imported
