@@ -65,6 +65,9 @@ PER_COMMAND = frozenset({
     # a DDP rank's, read when the process group starts; Lightning's rank at import: see _import_time_state
     "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE",
 })
+#: Thread counts: a command may name the count the server's torch runs with (a benchmark's child sets both to
+#: its --threads), since a fresh process given it would run as the served child does; any other count is declined.
+THREAD_COUNTS = frozenset({"OMP_NUM_THREADS", "MKL_NUM_THREADS"})
 #: The test process's environment as it started (tests/conftest.py's defaults set): the per-process server's.
 BASE_ENV = dict(os.environ)
 #: What the children import before any command: every console script's module and what a run imports later.
@@ -202,12 +205,17 @@ def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
         raise
 
 
-def _declined(request: dict, ours: Mapping[str, str], set_by_imports: Mapping[str, str]) -> list[str]:
+def _declined(request: dict, ours: Mapping[str, str], set_by_imports: Mapping[str, str], threads: int) -> list[str]:
     """The environment variables where ``request`` differs from ``ours`` (the server's before its imports) in a way
-    imports may read. What the imports set themselves (``set_by_imports``) they set in a fresh process too."""
+    imports may read. What the imports set themselves (``set_by_imports``) they set in a fresh process too; a thread
+    count equal to ``threads`` (the server's torch's, which sets OpenMP's and MKL's alike) changes nothing."""
     theirs = request["env"]
-    return sorted(k for k in set(theirs) | set(ours)
-                  if k not in PER_COMMAND and k not in set_by_imports and theirs.get(k) != ours.get(k))
+
+    def same_threads(key: str) -> bool:
+        return key in THREAD_COUNTS and theirs.get(key) == str(threads) and ours.get(key) in (None, str(threads))
+
+    return sorted(k for k in set(theirs) | set(ours) if k not in PER_COMMAND and k not in set_by_imports
+                  and theirs.get(k) != ours.get(k) and not same_threads(k))
 
 
 def _exit_code(code: object) -> int:
@@ -338,6 +346,7 @@ def serve(address: str) -> None:
     # e.g. Lightning's PYTORCH_NVML_BASED_CUDA_CHECK, torch's TORCHINDUCTOR_CACHE_DIR: a fresh process's imports
     # set them
     set_by_imports = {k: v for k, v in os.environ.items() if environment.get(k) != v}
+    threads_of_torch = importlib.import_module("torch").get_num_threads()
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address + ".tmp")
@@ -356,7 +365,7 @@ def serve(address: str) -> None:
                 except ConnectionError:  # killed while it sent its request: nothing to run
                     client.close()
                     continue
-                declined = _declined(request, environment, set_by_imports)
+                declined = _declined(request, environment, set_by_imports, threads_of_torch)
                 why = (f"the preloading imports printed {noisy}" if noisy
                        else declined and f"its environment differs in {declined}")
                 if why:

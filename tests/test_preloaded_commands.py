@@ -3,7 +3,6 @@ same output, exit code, signal, standard input, working directory, environment, 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -69,6 +68,25 @@ def test_an_environment_that_imports_read_differently_runs_the_real_process(tmp_
     assert served.returncode == 5
     log = Path(preloaded._SERVER.address).with_name("server.log").read_text()
     assert "OMP_NUM_THREADS" in log.splitlines()[-1]
+
+
+def test_a_thread_count_equal_to_the_servers_is_served_and_another_is_not(tmp_path):
+    """A benchmark's child names its thread count in both OMP_NUM_THREADS and MKL_NUM_THREADS: the server's own count
+    (its torch's, from OMP_NUM_THREADS=1 here) changes nothing a fresh process would do differently; another does."""
+    import torch
+
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    log = Path(preloaded._SERVER.address).with_name("server.log")
+    threads = str(torch.get_num_threads())
+    assert preloaded.BASE_ENV.get("OMP_NUM_THREADS") == threads == "1"
+    declines = log.read_text().count("declined")
+    env = {**preloaded.BASE_ENV, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    fresh, served = both([sys.executable, str(script), "3"], env=env)
+    assert served.returncode == fresh.returncode == 3 and served.stdout == fresh.stdout
+    assert log.read_text().count("declined") == declines  # served by a child
+    preloaded.run([sys.executable, str(script), "3"], env={**env, "MKL_NUM_THREADS": "2"}, capture_output=True)
+    assert "MKL_NUM_THREADS" in log.read_text().splitlines()[-1]
 
 
 def test_the_python_shim_serves_files_and_modules_and_runs_anything_else_as_is(tmp_path):
