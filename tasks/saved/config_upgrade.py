@@ -45,14 +45,19 @@ def task_defaults(task_name: str) -> dict[str, Any]:
     scores or exports several runs, a test session). Inside one (sesame-eval) it is composed on the app's
     search path, which a user may have extended, every time."""
     if GlobalHydra.instance().is_initialized():
-        return OmegaConf.to_container(compose(config_name="config", overrides=[f"task={task_name}"]), resolve=False)
+        return _composed_task(task_name)
     return copy.deepcopy(_shipped_task_defaults(task_name))
 
 
 @functools.cache
 def _shipped_task_defaults(task_name: str) -> dict[str, Any]:
     with initialize_config_module(config_module="sesame.conf", version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name="config", overrides=[f"task={task_name}"]), resolve=False)
+        return _composed_task(task_name)
+
+
+def _composed_task(task_name: str) -> dict[str, Any]:
+    """``sesame-train task=<task_name>`` composed on the current search path, unresolved."""
+    return OmegaConf.to_container(compose(config_name="config", overrides=[f"task={task_name}"]), resolve=False)
 
 
 def _missing(saved: Mapping[str, Any], defaults: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
