@@ -12,25 +12,27 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZ
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# The CPU build of torch first, so no dependency pulls a multi-GB CUDA build. pip compiles every installed file to
-# bytecode one by one (about 60 s of a 115 s install on 2 cores); compileall does the same on every core at once.
-# A file that does not compile under this Python (torch ships a 3.12-only test helper) is skipped, as pip skips it.
+# The CPU build of torch first, so no dependency pulls a multi-GB CUDA build (pip takes it from the machine's disk).
+# The rest through uv, asked to keep that torch: it resolves and installs the same releases as pip (the same
+# `pip freeze`) in about 6 s against pip's 50 s on 2 cores. No bytecode is compiled here: `make test` lets each
+# module be compiled when first imported, which is a third of the files, so the 30 s of compiling them all goes.
 $(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet --no-compile torch==2.13.0
-	$(BIN)/pip install --quiet --no-compile -e ".[test,plot,report,sweep,ray,export,lora,tensorboard]"
-	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
+	$(BIN)/pip install --quiet --no-compile uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python torch==2.13.0 -e ".[test,plot,report,sweep,ray,export,lora,tensorboard]"
 	touch $@
 
 install: $(VENV)/.installed
 
 run: install
-	$(OFFLINE) $(BIN)/sesame-train $(ARGS)
+	$(OFFLINE) env -u PYTHONDONTWRITEBYTECODE $(BIN)/sesame-train $(ARGS)
 
 # -n auto: one worker per core (tests are single-threaded and keep to their own tmp folders); --dist loadscope: a
 # test module runs on one worker, so the runs its module fixtures train are made once (tests/conftest.py collects
-# the longest modules first); the 15 slowest tests are listed at the end.
+# the longest modules first); the 15 slowest tests are listed at the end. Bytecode is written as modules are first
+# imported (the install compiles none), even where the environment sets PYTHONDONTWRITEBYTECODE.
 test: install
-	$(OFFLINE) $(BIN)/python -m pytest -q -n auto --dist loadscope --durations=15 $(ARGS)
+	$(OFFLINE) env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n auto --dist loadscope --durations=15 $(ARGS)
 
 # The documentation site at http://127.0.0.1:8000, rebuilt on every edit.
 docs: install
