@@ -14,7 +14,10 @@ torch thread:
 - ``sparse_embeddings``: ``finetune.sparse_embeddings=true`` (row-sparse word-embedding updates) against
   the default;
 - ``precision_auto``: ``trainer.precision=auto`` (bf16-mixed on a CPU with bf16 instructions) against the
-  default fp32.
+  default fp32;
+- ``padding_free``: the default (``encoder.padding_free``: layers run on the real tokens alone) against the same
+  randomly ordered batches with layers run on the padding (``padded``), and ``padding_free_grouped`` the same on
+  length-grouped batches.
 
 Each run trains ``--steps`` optimiser steps of MiniLM-L6 on the shipped SST-2 slice (2,000 sentences,
 batches of 32) and then scores the whole SST-2 dev set (872 sentences), so a run gives both its step
@@ -51,6 +54,9 @@ ARMS: dict[str, list[str]] = {
                             "encoder.top_layer_at_summary=false"],
     "whole_top_layer": ["encoder.top_layer_at_summary=false"],
     "freeze_embeddings": ["finetune.freeze_embeddings=true"],
+    "padded": ["encoder.padding_free=false"],
+    "grouped": ["data.group_by_length=true"],
+    "grouped_padded": ["data.group_by_length=true", "encoder.padding_free=false"],
 }
 #: switch -> (its arm, the arm it is compared with).
 SWITCHES: dict[str, tuple[str, str]] = {
@@ -59,6 +65,8 @@ SWITCHES: dict[str, tuple[str, str]] = {
     "freeze_embeddings": ("freeze_embeddings", "default"),
     "sparse_embeddings": ("sparse_embeddings", "default"),
     "precision_auto": ("precision_auto", "default"),
+    "padding_free": ("default", "padded"),
+    "padding_free_grouped": ("grouped", "grouped_padded"),
 }
 #: The ``$SESAME_DATA_DIR`` data each task reads (``--tasks`` as other benchmarks have it): none, the
 #: shipped SST-2 slice is all it trains and scores on.
@@ -72,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=62, help="optimiser steps per run (default 62: one epoch of the slice)")
     parser.add_argument("--warmup-steps", type=int, default=3, help="first steps left out of the timing (default 3)")
     parser.add_argument("--reps", type=int, default=2, help="interleaved repetitions, one seed each (default 2)")
+    parser.add_argument("--first-rep", type=int, default=1,
+                        help="number of the first repetition (seed 41 + it; default 1): more seeds after an earlier run")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     parser.add_argument("--encoder", default="minilm_l6", help="encoder alias or folder (default minilm_l6)")
     parser.add_argument("--eval-examples", type=int, default=None, help="dev sentences scored (default: all 872)")
@@ -166,7 +176,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 def markdown(args: argparse.Namespace, summary: dict[str, Any], results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = ["## Engine switches against sesame's default", "",
              f"Reproduce: `{meta['command']}`", "",
-             f"{args.reps} interleaved repetition(s) (seeds {', '.join(str(41 + r) for r in range(1, args.reps + 1))}), "
+             f"{args.reps} interleaved repetition(s) (seeds {', '.join(str(41 + r) for r in range(args.first_rep, args.first_rep + args.reps))}), "
              f"{args.steps} steps each ({args.warmup_steps} left out of the timing), {meta['threads']} torch thread(s), "
              f"encoder `{args.encoder}`, SST-2 slice, batch 32; torch {meta['torch']}, CPU bf16 flags: "
              f"{', '.join(meta['cpu_bf16_flags']) or 'none'}. The machine was shared with other jobs: "
@@ -199,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     started, results = time.perf_counter(), []
-    for rep in range(1, args.reps + 1):
+    for rep in range(args.first_rep, args.first_rep + args.reps):
         for arm in (args.arms if rep % 2 else list(reversed(args.arms))):  # ABBA
             result = run_child(args, arm, rep)
             results.append(result)

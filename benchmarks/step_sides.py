@@ -158,10 +158,13 @@ class Workload:
 
 def workload_overrides(name: str, encoder: str, quick: bool, squad_questions: int) -> list[str]:
     """The overrides of a workload: its task and data (shipped slices when ``quick``), the encoder, its batch
-    size, length-grouped batches, no dev set (nothing is evaluated)."""
+    size, length-grouped batches, no dev set (nothing is evaluated). Layers run on the padded batch, as the
+    Trainer's do: both sides compute the same FLOPs, which the BERT formula counts (``encoder.padding_free``
+    leaves out the padding, little of a length-grouped batch; its own measurements: docs/speed.md)."""
     spec = WORKLOADS[name]
     out = [*(spec["quick"] if quick else spec["overrides"]), f"encoder.name_or_path={encoder}",
-           f"data.batch_size={spec['batch_size']}", "data.group_by_length=true", "data.validation_file=null"]
+           f"data.batch_size={spec['batch_size']}", "data.group_by_length=true", "data.validation_file=null",
+           "encoder.padding_free=false"]
     if spec["kind"] == "qa" and not quick:
         out.append(f"data.max_train_examples={squad_questions}")
     return out

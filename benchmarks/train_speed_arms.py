@@ -61,6 +61,8 @@ GROUPED_BF16_SETTINGS = [s for s in FAST_SETTINGS if not s.startswith("data.pad_
 #: TrainingArguments optimiser (None: --hf-optim).
 ARMS: dict[str, dict[str, Any]] = {
     "sesame": {"side": "sesame", "overrides": []},
+    # the layers run on the padding, as before encoder.padding_free (and as the Trainer's do)
+    "sesame_padded": {"side": "sesame", "overrides": ["encoder.padding_free=false"]},
     "sesame_grouped": {"side": "sesame", "overrides": [GROUPED]},
     "sesame_grouped_padded": {"side": "sesame", "overrides": [GROUPED, "data.pad_to_multiple_of=32"]},
     "sesame_bf16": {"side": "sesame", "overrides": ["trainer.precision=bf16-mixed"], "precision_mirrored": False},

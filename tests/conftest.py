@@ -76,6 +76,15 @@ def tsv_labels(path: Path = SST2_DEV) -> list[str]:
     return [row.split("\t")[-1].strip() for row in rows if row.strip()]
 
 
+def at_real_tokens(outputs: Sequence[torch.Tensor], attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``outputs`` with every value at a padding position set to 0: per-token outputs ([B, T, ...] for an
+    ``attention_mask`` [B, T]) there are read by nothing, and padding-free layers (``encoder.padding_free``)
+    never compute them. Outputs of another shape are returned as they are."""
+    real = attention_mask.bool()
+    return tuple(o.masked_fill(~real.view(*real.shape, *[1] * (o.dim() - real.dim())), 0)
+                 if o.dim() >= real.dim() and o.shape[:real.dim()] == real.shape else o for o in outputs)
+
+
 def prediction_accuracy(predictions: Path, gold: Path = SST2_DEV) -> float:
     """Accuracy of a GLUE prediction file (``index<TAB>prediction``, index = data row) against ``gold``."""
     labels = tsv_labels(gold)

@@ -60,6 +60,7 @@ class EncoderTaskNetwork(nn.Module):
         #: Whether the head reads the [CLS] vector alone, so the encoder returns [B, 1, H] hidden states and
         #: runs its top layer read at [CLS] only (``encoder.top_layer_at_summary``).
         self.reads_summary_only = settings.encoder.top_layer_at_summary and self._pools_first_token()
+        self.encoder.padding_free = settings.encoder.padding_free
         self.finetune = settings.finetune
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):

@@ -31,6 +31,7 @@ from sesame.tasks.encoders.families import (
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.encoders.model_files import model_folder_errors
 from sesame.tasks.encoders.encoder_settings import EncoderSettings
+from sesame.tasks.encoders.padding_free import PaddingFreeLayout, padding_free_stack_forward
 from sesame.tasks.encoders.summary_layer import runs_at_summary, summary_layer_forward
 
 #: The batch keys an encoder reads; every other key of a batch is for the head, the loss or decoding.
@@ -208,6 +209,10 @@ class Encoder(nn.Module):
         # object takes (*args, **kwargs), which silently dropped BERT's segment ids.
         self.takes_token_types = takes_token_types(self.config, inspect.signature(self.model.forward).parameters)
         self.global_attention: str | None = "first"
+        #: ``encoder.padding_free``: BERT-style layers run on the batch's real tokens alone
+        #: (``tasks/encoders/padding_free.py``; :meth:`runs_padding_free`).
+        self.padding_free = False
+        self.recomputes_layers = False  # encoder.activation_checkpointing took effect
         self._stack: tuple[nn.Module, str, nn.ModuleList] | None = None  # (parent, attribute, stack), found once
 
     @classmethod
@@ -241,6 +246,7 @@ class Encoder(nn.Module):
             self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        self.recomputes_layers = True
         return True
 
     def summary_token(self, pooling: str | None = None) -> str | None:
@@ -328,6 +334,17 @@ class Encoder(nn.Module):
         layer = self._layer_stack()[2][top_layer - 1]
         return layer if runs_at_summary(layer) else None
 
+    def runs_padding_free(self) -> bool:
+        """Whether a forward pass runs its layers on the real tokens alone (``encoder.padding_free``): a
+        BERT-style family whose layers nothing hooks into. Layers run padded while the model is being exported
+        or compiled."""
+        if not (self.padding_free and self.family.summary_layer) or self.family.shared_layers:
+            return False
+        # an exported graph keeps the padded layout; a compiled one too (packing's shapes depend on the data)
+        if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting() or torch.compiler.is_compiling():
+            return False
+        return all(runs_at_summary(layer) for layer in self._layer_stack()[2])
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
         all_layers: bool = True, num_layers: int | None = None, summary_only: bool = False,
@@ -339,7 +356,8 @@ class Encoder(nn.Module):
         layer = self._summary_layer(top) if summary_only else None
         if layer is not None:
             below = self._forward(input_ids, attention_mask, token_type_ids, all_layers, top - 1)
-            summary = summary_layer_forward(layer, below[-1], attention_mask)
+            layout = PaddingFreeLayout(attention_mask) if self.runs_padding_free() else None
+            summary = summary_layer_forward(layer, below[-1], attention_mask, layout)
             return (*(h[:, :1] for h in below), summary) if all_layers else (summary,)
         states = self._forward(input_ids, attention_mask, token_type_ids, all_layers, num_layers)
         return tuple(h[:, :1] for h in states) if summary_only else states
@@ -355,6 +373,12 @@ class Encoder(nn.Module):
             mask = global_attention_mask(input_ids, self.global_attention, getattr(self.config, "sep_token_id", None))
             if mask is not None:
                 kwargs["global_attention_mask"] = mask
+        if self.runs_padding_free():
+            with self._stack_cut_to(0, capturing=False):  # the embeddings (and a family's projection of them)
+                embedded = self.model(**kwargs, output_hidden_states=False, return_dict=True).last_hidden_state
+            layers = list(self._layer_stack()[2])[:num_layers]
+            return padding_free_stack_forward(layers, embedded, attention_mask, all_layers,
+                                              recompute=self.training and self.recomputes_layers)
         # Asking for every hidden state keeps all of them alive until the batch ends (no-grad passes
         # would free each one after the next layer): only when the fusion reads more than the last.
         with self._stack_cut_to(num_layers, capturing=all_layers):

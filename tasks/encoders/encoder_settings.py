@@ -33,6 +33,10 @@ class EncoderSettings(Settings):
     #: (attention probabilities are [B, heads, T, T] floats per layer) for about 1.5x the step's CPU time.
     #: ``auto``: where the family supports it; ``true``: an error where it does not.
     activation_checkpointing: bool | str = False
+    #: Run the layers on the batch's real tokens alone: every token-wise part of a layer skips the padding,
+    #: attention masks it as before (BERT-style families; ``tasks/encoders/padding_free.py``). The same outputs
+    #: at every real token.
+    padding_free: bool = True
 
     def __post_init__(self) -> None:
         if self.init not in ENCODER_INITS:

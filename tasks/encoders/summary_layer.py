@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from sesame.tasks.encoders.padding_free import PaddingFreeLayout
+
 
 def runs_at_summary(layer: nn.Module) -> bool:
     """Whether ``layer`` has BERT's layer structure and nothing that watches its self-attention module run
@@ -43,16 +45,23 @@ def _foreign(hook: object) -> bool:
     return not getattr(hook, "__module__", "").startswith("transformers.")
 
 
-def summary_layer_forward(layer: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def summary_layer_forward(layer: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor,
+                          layout: PaddingFreeLayout | None = None) -> torch.Tensor:
     """The output of ``layer`` at position 0, [B, 1, H], from its input ``hidden_states`` [B, T, H] and
-    ``attention_mask`` [B, T] (1 = real token): equal to ``layer(hidden_states)[:, :1]``."""
+    ``attention_mask`` [B, T] (1 = real token): equal to ``layer(hidden_states)[:, :1]``. With the batch's
+    ``layout`` (``encoder.padding_free``) keys and values are computed at the real tokens alone."""
     self_attention = layer.attention.self
     batch, length, _ = hidden_states.shape
     head_size = self_attention.attention_head_size
     summary = hidden_states[:, :1]
     query = self_attention.query(summary).view(batch, 1, -1, head_size).transpose(1, 2)
-    key = self_attention.key(hidden_states).view(batch, length, -1, head_size).transpose(1, 2)
-    value = self_attention.value(hidden_states).view(batch, length, -1, head_size).transpose(1, 2)
+    if layout is not None:
+        tokens = layout.pack(hidden_states)
+        key, value = layout.unpack(self_attention.key(tokens)), layout.unpack(self_attention.value(tokens))
+    else:
+        key, value = self_attention.key(hidden_states), self_attention.value(hidden_states)
+    key = key.view(batch, length, -1, head_size).transpose(1, 2)
+    value = value.view(batch, length, -1, head_size).transpose(1, 2)
     mask = attention_mask[:, None, None, :].to(torch.bool)  # [B, 1, 1, T]: True where attention may look
     dropout = self_attention.dropout.p if self_attention.training else 0.0
     context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,

@@ -24,7 +24,7 @@ from sesame.tasks.encoders.families import prune_layout
 from sesame.tasks.encoders.pruning import BERT_LAYOUT, PLAN_KEY, PruningPlan, layer_stack, present, prune_model
 from sesame.tasks.runs.runner import train
 from sesame.tasks.saved.checkpoints import load_trained
-from tests.conftest import build_tiny_bert
+from tests.conftest import at_real_tokens, build_tiny_bert
 from tests.tasks.export.conftest import dev_data
 from tests.tasks.inference.test_predictor import run_overrides, sst2_texts, trained_run
 
@@ -63,13 +63,15 @@ def pruned(run4, tmp_path_factory):
 def _features(module, batch) -> tuple[torch.Tensor]:
     """The encoder's last hidden state [B, T, H] (the outputs of a tiny briefly trained head move little)."""
     with torch.inference_mode():
-        return (module.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), all_layers=False)[0],)
+        state = module.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), all_layers=False)[0]
+    return at_real_tokens((state,), batch["attention_mask"])
 
 
 def _outputs(module, batch) -> tuple[torch.Tensor, ...]:
+    """The module's outputs, 0 at padding (a pruned model's layers run padding-free, masked ones on the padding)."""
     with torch.inference_mode():
         out = module(batch)
-    return out if isinstance(out, tuple) else (out,)
+    return at_real_tokens(out if isinstance(out, tuple) else (out,), batch["attention_mask"])
 
 
 def _set_masks(masks: PruningMasks, keep_heads, keep_neurons) -> None:
@@ -99,6 +101,7 @@ def _assert_same(got, want, atol=ATOL):
 def test_the_pruned_model_computes_what_the_masked_model_computes(run4, name):
     trained = load_trained(run4(name))
     module = trained.module
+    module.encoder.padding_free = False  # masks run the padded layers: all ones must be exactly this model
     batches, _ = dev_data(trained, batch_size=8, limit=16)
     model = module.encoder.model
     student = copy.deepcopy(module)
@@ -296,6 +299,7 @@ def test_the_pruned_encoder_reloads_and_trains_further_with_its_teacher_and_resu
     student = load_trained(folder).module
     # The encoder folder alone, as encoder.name_or_path reads it: the same network, the same outputs.
     encoder = Encoder(str(folder / "encoder"))
+    encoder.padding_free = student.encoder.padding_free
     batches, _ = dev_data(load_trained(folder), batch_size=8, limit=8)
     for batch in batches:
         with torch.inference_mode():

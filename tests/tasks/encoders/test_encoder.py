@@ -57,7 +57,9 @@ def test_the_last_layer_alone_equals_the_last_of_all_hidden_states(tiny_bert_dir
 def test_modules_ask_for_every_hidden_state_only_when_the_fusion_reads_them(make_cfg, fusion, skip, all_layers, monkeypatch):
     from sesame.tasks.saved.checkpoints import build_module
 
-    module = build_module(RunSettings.from_config(make_cfg(f"fusion={fusion}", f"encoder.skip_unread_layers={skip}")))
+    # transformers' own stack (padding-free layers keep the hidden states the same way: tests/families/test_padding_free.py)
+    module = build_module(RunSettings.from_config(make_cfg(f"fusion={fusion}", f"encoder.skip_unread_layers={skip}",
+                                                           "encoder.padding_free=false")))
     calls = []
     original = type(module.encoder.model).forward
 

@@ -183,7 +183,7 @@ def test_padding_to_a_multiple_rounds_the_batch_length_up_but_never_past_the_max
 
 def test_a_run_pads_its_batches_to_a_multiple_and_learns_the_same(make_cfg, tmp_path, monkeypatch):
     """data.pad_to_multiple_of reaches every loader of a run; the extra padding is masked, so the
-    logits are those of the unpadded batches."""
+    logits are those of the unpadded batches. With layers that run on padding (padding-free layers never see it)."""
     from sesame.tasks.runs.runner import train
 
     seen = training_masks(monkeypatch)
@@ -192,7 +192,8 @@ def test_a_run_pads_its_batches_to_a_multiple_and_learns_the_same(make_cfg, tmp_
         seen.clear()
         setting = "null" if multiple is None else multiple
         metrics[multiple] = train(RunSettings.from_config(make_cfg(f"data.pad_to_multiple_of={setting}", "data.batch_size=8",
-                                           "trainer.limit_train_batches=3", "data.group_by_length=true")), tmp_path / str(multiple))
+                                           "trainer.limit_train_batches=3", "data.group_by_length=true",
+                                           "encoder.padding_free=false")), tmp_path / str(multiple))
         lengths = {m.shape[1] for m in seen}
         assert all(n % 16 == 0 for n in lengths) == (multiple == 16), lengths
     keys = [k for k in metrics[None] if k.startswith("val_") and isinstance(metrics[None][k], float)]
