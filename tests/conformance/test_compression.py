@@ -124,6 +124,7 @@ def test_a_drop_layers_student_distils_from_the_trained_run(spec, trained, task_
     cached = train(RunSettings.from_config(task_cfg(spec, *distill, *cache, encoder_dir=student)), tmp_path / "cached")
     alone = train(RunSettings.from_config(task_cfg(spec, encoder_dir=student)), tmp_path / "alone")
     assert cached == pytest.approx(plain, rel=1e-5)  # the teacher's logits kept per example are its logits
+    assert plain != pytest.approx(alone, rel=1e-5)  # the teacher's term changed the training
     assert list((tmp_path / "logits").glob("*.npz"))
 
     rows = list(csv.DictReader(open(tmp_path / "plain" / "logs" / "metrics.csv", encoding="utf-8")))

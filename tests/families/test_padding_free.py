@@ -10,6 +10,7 @@ from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.encoders.encoder import Encoder, load_tokenizer
 from sesame.tasks.encoders.padding_free import PaddingFreeLayout
 from tests.families.builders import FAMILY_SPECS
+from tests.families.switch_equality import assert_switch_keeps_outputs_and_gradients
 
 PADDING_FREE_FAMILIES = ("bert", "roberta", "electra", "xlm-roberta")
 # lengths far apart, so most of the padded batch is padding
@@ -95,21 +96,9 @@ def test_a_network_gives_the_padded_models_outputs_and_gradients(family_dir, fam
     assert network.encoder.runs_padding_free()
     inputs = _inputs(family_dir(name))
     real = inputs["attention_mask"].bool()
-
-    def outputs_and_gradients() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        network.zero_grad(set_to_none=True)
-        logits = network(inputs)
-        logits = logits[real] if task == "ner" else logits  # a tagger's logits at padding are read by nothing
-        (logits.float() ** 2).sum().backward()
-        return logits.detach(), {k: p.grad.clone() for k, p in network.named_parameters() if p.grad is not None}
-
-    free_logits, free_grads = outputs_and_gradients()
-    network.encoder.padding_free = False
-    padded_logits, padded_grads = outputs_and_gradients()
-    torch.testing.assert_close(free_logits, padded_logits, atol=2e-6, rtol=1e-5)
-    assert free_grads.keys() == padded_grads.keys()
-    for key in padded_grads:
-        torch.testing.assert_close(free_grads[key], padded_grads[key], atol=1e-5, rtol=1e-4, msg=key)
+    read = (lambda logits: logits[real]) if task == "ner" else (lambda logits: logits)  # a tagger's, at real tokens
+    assert_switch_keeps_outputs_and_gradients(network, inputs, lambda: setattr(network.encoder, "padding_free", False),
+                                              read)
 
 
 def test_recomputed_layers_give_the_same_gradients(family_dir):

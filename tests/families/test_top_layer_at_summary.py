@@ -10,6 +10,7 @@ from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.encoders.encoder import Encoder, load_tokenizer
 from sesame.tasks.encoders.summary_layer import runs_at_summary
 from tests.families.builders import FAMILY_SPECS
+from tests.families.switch_equality import assert_switch_keeps_outputs_and_gradients
 
 FAMILIES = list(FAMILY_SPECS)
 SUMMARY_LAYER_FAMILIES = ("bert", "roberta", "electra", "xlm-roberta")
@@ -72,19 +73,7 @@ def test_a_network_reading_cls_gives_the_whole_layers_outputs_and_gradients(fami
     assert network.reads_summary_only
     inputs = _inputs(family_dir(name))
 
-    def outputs_and_gradients() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        network.zero_grad(set_to_none=True)
-        logits = network(inputs)
-        (logits.float() ** 2).sum().backward()
-        return logits.detach(), {k: p.grad.clone() for k, p in network.named_parameters() if p.grad is not None}
-
-    summary_logits, summary_grads = outputs_and_gradients()
-    network.reads_summary_only = False
-    whole_logits, whole_grads = outputs_and_gradients()
-    torch.testing.assert_close(summary_logits, whole_logits, atol=2e-6, rtol=1e-5)
-    assert summary_grads.keys() == whole_grads.keys()
-    for key in whole_grads:
-        torch.testing.assert_close(summary_grads[key], whole_grads[key], atol=1e-5, rtol=1e-4, msg=key)
+    assert_switch_keeps_outputs_and_gradients(network, inputs, lambda: setattr(network, "reads_summary_only", False))
 
 
 def test_heads_that_read_other_tokens_or_a_switch_turned_off_get_every_token(family_cfg):
