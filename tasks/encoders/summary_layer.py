@@ -35,8 +35,12 @@ def runs_at_summary(layer: nn.Module) -> bool:
         return False
     if not all(hasattr(self_attention, name) for name in ("query", "key", "value", "attention_head_size", "scaling")):
         return False
-    return not any(_foreign(hook) for hook in (*self_attention._forward_hooks.values(),
-                                               *self_attention._forward_pre_hooks.values()))
+    return not watched(self_attention)
+
+
+def watched(module: nn.Module) -> bool:
+    """Whether a forward hook other than transformers' own watches ``module`` run."""
+    return any(_foreign(hook) for hook in (*module._forward_hooks.values(), *module._forward_pre_hooks.values()))
 
 
 def _foreign(hook: object) -> bool:

@@ -8,7 +8,7 @@ import torch
 
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.encoders.encoder import Encoder, load_tokenizer
-from sesame.tasks.encoders.padding_free import PaddingFreeLayout
+from sesame.tasks.encoders.padding_free import PaddingFreeLayout, worth_packing
 from tests.families.builders import FAMILY_SPECS
 from tests.families.switch_equality import assert_switch_keeps_outputs_and_gradients
 
@@ -39,6 +39,8 @@ def test_attention_over_groups_of_like_length_is_each_sequences_own():
         torch.testing.assert_close(packed[offset:offset + length], alone)
         offset += length
     assert offset == layout.tokens == sum(lengths)
+    nothing = PaddingFreeLayout(torch.zeros(2, 3, dtype=torch.long))  # a batch of padding alone
+    assert nothing.attend(*(torch.zeros(0, heads * size) for _ in range(3)), size, 0.0, None).shape == (0, heads * size)
 
 
 def test_a_batch_of_like_lengths_is_one_attention_group_and_of_mixed_lengths_several():
@@ -48,6 +50,19 @@ def test_a_batch_of_like_lengths_is_one_attention_group_and_of_mixed_lengths_sev
 
     assert groups([10, 11, 10, 12, 11, 10, 12, 12, 11, 10, 12, 11]) == [12]  # as length grouping makes them
     assert groups([3, 40, 5, 12, 7, 30, 4, 9, 22, 6, 15, 8]) == [8, 4]
+
+
+def test_a_batch_with_little_padding_runs_the_padded_layers(family_dir):
+    encoder = Encoder(str(family_dir("bert"))).eval()
+    encoder.padding_free = True
+    inputs = {k: v[:1].repeat(2, 1) for k, v in _inputs(family_dir("bert")).items()}  # the longest sentence twice
+    inputs["attention_mask"][1, -1] = 0  # one padding position of 2 T
+    assert not worth_packing(inputs["attention_mask"])
+    with torch.no_grad():
+        assert encoder(**inputs)[-1][1, -1].abs().sum() > 0  # the padded layers computed the padding
+        inputs["attention_mask"][1, 4:] = 0  # now most of the second row is padding
+        assert worth_packing(inputs["attention_mask"])
+        assert not encoder(**inputs)[-1][1, 4:].any()  # packed: padding never computed
 
 
 def test_the_layout_packs_real_tokens_in_order_and_unpacks_them_with_zeros_at_padding():
@@ -122,15 +137,18 @@ def test_recomputed_layers_give_the_same_gradients(family_dir):
         torch.testing.assert_close(recomputed[key], plain[key], msg=key)
 
 
-def test_a_hook_on_a_layers_self_attention_makes_the_stack_run_padded(family_dir):
+@pytest.mark.parametrize("hooked", ["layer", "layer.attention", "layer.attention.self"])  # the last: pruning's masks
+def test_a_hook_on_a_layer_or_its_attention_makes_the_stack_run_padded(family_dir, hooked):
     encoder = Encoder(str(family_dir("bert"))).eval()
     encoder.padding_free = True
     assert encoder.runs_padding_free()
-    handle = encoder._layer_stack()[2][0].attention.self.register_forward_hook(lambda *_: None)  # pruning's masks
+    layer = encoder._layer_stack()[2][0]
+    handle = layer.get_submodule(hooked.removeprefix("layer").lstrip(".")).register_forward_hook(lambda *_: None)
     try:
         assert not encoder.runs_padding_free()
     finally:
         handle.remove()
+    assert encoder.runs_padding_free()
 
 
 def test_a_row_of_padding_alone_leaves_every_output_and_gradient_finite(family_dir):
