@@ -261,6 +261,8 @@ def hydra_jobs(words: list[str]) -> list[list[str]]:
 
 def data_dir_folders(words: list[str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The ``$SESAME_DATA_DIR`` folders a command reads: composed (every job), or a benchmark's ``TASKS``."""
+    while re.match(r"[A-Z_][A-Z0-9_]*=", words[0]):  # NAME=value before the command: its environment
+        words = words[1:]
     if words[0] in LAUNCHERS:  # srun / torchrun ... sesame-train <overrides>: the sesame command's
         started = next((i for i, w in enumerate(words) if w in HYDRA_CONFIGS), None)
         assert started is not None, f"{words[0]} starts no sesame command that this test can parse"
