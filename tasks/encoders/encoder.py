@@ -336,8 +336,8 @@ class Encoder(nn.Module):
 
     def runs_padding_free(self) -> bool:
         """Whether a forward pass runs its layers on the real tokens alone (``encoder.padding_free``, for a batch
-        :func:`worth_packing`): a BERT-style family whose layers nothing hooks into. Layers run padded while the model is being exported
-        or compiled."""
+        :func:`worth_packing`): a BERT-style family whose layers nothing hooks into. Layers run padded while the
+        model is being exported or compiled."""
         if not (self.padding_free and self.family.summary_layer) or self.family.shared_layers:
             return False
         # an exported graph keeps the padded layout; a compiled one too (packing's shapes depend on the data)
@@ -346,6 +346,10 @@ class Encoder(nn.Module):
         # the layer and its attention module are not called as modules: a hook on either would never run
         return all(runs_at_summary(layer) and not watched(layer) and not watched(layer.attention)
                    for layer in self._layer_stack()[2])
+
+    def _packs(self, attention_mask: torch.Tensor) -> bool:
+        """Whether this batch's layers run padding-free."""
+        return self.runs_padding_free() and worth_packing(attention_mask)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
@@ -358,7 +362,7 @@ class Encoder(nn.Module):
         layer = self._summary_layer(top) if summary_only else None
         if layer is not None:
             below = self._forward(input_ids, attention_mask, token_type_ids, all_layers, top - 1)
-            layout = PaddingFreeLayout(attention_mask) if self.runs_padding_free() and worth_packing(attention_mask) else None
+            layout = PaddingFreeLayout(attention_mask) if self._packs(attention_mask) else None
             summary = summary_layer_forward(layer, below[-1], attention_mask, layout)
             return (*(h[:, :1] for h in below), summary) if all_layers else (summary,)
         states = self._forward(input_ids, attention_mask, token_type_ids, all_layers, num_layers)
@@ -375,7 +379,7 @@ class Encoder(nn.Module):
             mask = global_attention_mask(input_ids, self.global_attention, getattr(self.config, "sep_token_id", None))
             if mask is not None:
                 kwargs["global_attention_mask"] = mask
-        if self.runs_padding_free() and worth_packing(attention_mask):
+        if self._packs(attention_mask):
             with self._stack_cut_to(0, capturing=False):  # the embeddings (and a family's projection of them)
                 embedded = self.model(**kwargs, output_hidden_states=False, return_dict=True).last_hidden_state
             layers = list(self._layer_stack()[2])[:num_layers]
