@@ -6,9 +6,9 @@ padding: on randomly ordered SST-2 batches most of the tokens computed are paddi
 the batch are packed into one [N, H] matrix (N = the number of real tokens) and every token-wise part runs on
 that; attention, which needs each sequence's own tokens, runs on groups of sequences of like length, each
 group padded to its own longest (the padding masked, as the padded model masks it). Position and segment ids
-are the padded model's, as the embeddings are computed before packing. Outputs equal the padded model's at every real token
-(``tests/families/test_padding_free.py``); at padding positions the hidden states are zeros, where the padded
-model leaves values no head reads.
+are the padded model's, as the embeddings are computed before packing. Outputs equal the padded model's at every
+real token (``tests/families/test_padding_free.py``); at padding positions the hidden states are zeros, where the
+padded model leaves values no head reads.
 
 The layer is transformers' ``BertLayer`` (RoBERTa's, XLM-R's and ELECTRA's copy it), computed as
 :func:`sesame.tasks.encoders.summary_layer.summary_layer_forward` computes it, each part called as the module it

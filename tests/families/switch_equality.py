@@ -1,11 +1,20 @@
 """An engine switch that must not change what a network computes: its outputs and gradients with the switch on
-equal those with it off (eval mode, so dropout draws nothing)."""
+equal those with it off (eval mode, so dropout draws nothing), on a batch of sentences of unequal lengths."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import torch
+
+from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS, load_tokenizer
+
+
+def encoder_batch(folder: Path, sentences: Sequence[str]) -> dict[str, torch.Tensor]:
+    """``sentences`` tokenized by the tokenizer in ``folder`` and padded to the longest: the encoder's inputs."""
+    batch = load_tokenizer(str(folder))(list(sentences), padding=True, return_tensors="pt")
+    return {k: v for k, v in batch.items() if k in ENCODER_INPUT_KEYS}
 
 
 def outputs_and_gradients(network: torch.nn.Module, inputs: Mapping[str, torch.Tensor],

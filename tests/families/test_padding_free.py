@@ -7,20 +7,15 @@ import pytest
 import torch
 
 from sesame.tasks.base.run_settings import RunSettings
-from sesame.tasks.encoders.encoder import Encoder, load_tokenizer
+from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.padding_free import PaddingFreeLayout, worth_packing
 from tests.families.builders import FAMILY_SPECS
-from tests.families.switch_equality import assert_switch_keeps_outputs_and_gradients
+from tests.families.switch_equality import assert_switch_keeps_outputs_and_gradients, encoder_batch
 
 PADDING_FREE_FAMILIES = ("bert", "roberta", "electra", "xlm-roberta")
 # lengths far apart, so most of the padded batch is padding
 SENTENCES = ["a fine film , and a long one at that , with a plot that goes on and on", "dull",
              "the plot is thin and the jokes fall flat"]
-
-
-def _inputs(folder) -> dict[str, torch.Tensor]:
-    batch = load_tokenizer(str(folder))(SENTENCES, padding=True, return_tensors="pt")
-    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
 def test_attention_over_groups_of_like_length_is_each_sequences_own():
@@ -55,7 +50,7 @@ def test_a_batch_of_like_lengths_is_one_attention_group_and_of_mixed_lengths_sev
 def test_a_batch_with_little_padding_runs_the_padded_layers(family_dir):
     encoder = Encoder(str(family_dir("bert"))).eval()
     encoder.padding_free = True
-    inputs = {k: v[:1].repeat(2, 1) for k, v in _inputs(family_dir("bert")).items()}  # the longest sentence twice
+    inputs = {k: v[:1].repeat(2, 1) for k, v in encoder_batch(family_dir("bert"), SENTENCES).items()}  # the longest sentence twice
     inputs["attention_mask"][1, -1] = 0  # one padding position of 2 T
     assert not worth_packing(inputs["attention_mask"])
     with torch.no_grad():
@@ -78,7 +73,7 @@ def test_the_layout_packs_real_tokens_in_order_and_unpacks_them_with_zeros_at_pa
 @pytest.mark.parametrize("name", list(FAMILY_SPECS))
 def test_hidden_states_at_real_tokens_are_the_padded_models(family_dir, name):
     encoder = Encoder(str(family_dir(name))).eval()
-    inputs = _inputs(family_dir(name))
+    inputs = encoder_batch(family_dir(name), SENTENCES)
     real = inputs["attention_mask"].bool()
     assert (~real).sum() > real.sum() / 2  # a batch with much padding
     num_layers = encoder.num_hidden_states - 1
@@ -109,7 +104,7 @@ def test_a_network_gives_the_padded_models_outputs_and_gradients(family_dir, fam
     settings = RunSettings.from_config(family_cfg(name, task, *overrides, "encoder.padding_free=true"))
     network = build_module(settings, network_only=True).eval()  # dropout off: both paths compute the same thing
     assert network.encoder.runs_padding_free()
-    inputs = _inputs(family_dir(name))
+    inputs = encoder_batch(family_dir(name), SENTENCES)
     real = inputs["attention_mask"].bool()
     read = (lambda logits: logits[real]) if task == "ner" else (lambda logits: logits)  # a tagger's, at real tokens
     assert_switch_keeps_outputs_and_gradients(network, inputs, lambda: setattr(network.encoder, "padding_free", False),
@@ -122,7 +117,7 @@ def test_recomputed_layers_give_the_same_gradients(family_dir):
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     encoder.padding_free = True
-    inputs = _inputs(family_dir("bert"))
+    inputs = encoder_batch(family_dir("bert"), SENTENCES)
 
     def gradients() -> dict[str, torch.Tensor]:
         encoder.zero_grad(set_to_none=True)
@@ -154,7 +149,7 @@ def test_a_hook_on_a_layer_or_its_attention_makes_the_stack_run_padded(family_di
 def test_a_row_of_padding_alone_leaves_every_output_and_gradient_finite(family_dir):
     # multiple choice pads a group shorter than the batch's widest with rows that are all padding
     encoder = Encoder(str(family_dir("bert"))).eval()
-    inputs = _inputs(family_dir("bert"))
+    inputs = encoder_batch(family_dir("bert"), SENTENCES)
     inputs["attention_mask"][1] = 0
     real = inputs["attention_mask"].bool()
     padded = encoder(**inputs)[-1]

@@ -7,19 +7,14 @@ import pytest
 import torch
 
 from sesame.tasks.base.run_settings import RunSettings
-from sesame.tasks.encoders.encoder import Encoder, load_tokenizer
+from sesame.tasks.encoders.encoder import Encoder
 from sesame.tasks.encoders.summary_layer import runs_at_summary
 from tests.families.builders import FAMILY_SPECS
-from tests.families.switch_equality import assert_switch_keeps_outputs_and_gradients
+from tests.families.switch_equality import assert_switch_keeps_outputs_and_gradients, encoder_batch
 
 FAMILIES = list(FAMILY_SPECS)
 SUMMARY_LAYER_FAMILIES = ("bert", "roberta", "electra", "xlm-roberta")
 SENTENCES = ["a fine film , and a long one at that", "dull", "the plot is thin and the jokes fall flat"]
-
-
-def _inputs(folder) -> dict[str, torch.Tensor]:
-    batch = load_tokenizer(str(folder))(SENTENCES, padding=True, return_tensors="pt")
-    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
 def test_the_bert_style_families_are_the_ones_that_run_at_summary():
@@ -29,7 +24,7 @@ def test_the_bert_style_families_are_the_ones_that_run_at_summary():
 @pytest.mark.parametrize("name", FAMILIES)
 def test_summary_only_states_are_the_whole_passes_at_cls_and_the_top_layer_never_runs_whole(family_dir, name):
     encoder = Encoder(str(family_dir(name))).eval()
-    inputs = _inputs(family_dir(name))
+    inputs = encoder_batch(family_dir(name), SENTENCES)
     num_layers = encoder.num_hidden_states - 1
     if encoder.family.cannot_stop_early or encoder.family.shared_layers:
         tops = [num_layers]
@@ -71,7 +66,7 @@ def test_a_network_reading_cls_gives_the_whole_layers_outputs_and_gradients(fami
     settings = RunSettings.from_config(family_cfg(name, "glue", f"pooling={pooling}", f"fusion={fusion}", *extra))
     network = build_module(settings, network_only=True).eval()  # dropout off: both paths compute the same thing
     assert network.reads_summary_only
-    inputs = _inputs(family_dir(name))
+    inputs = encoder_batch(family_dir(name), SENTENCES)
 
     assert_switch_keeps_outputs_and_gradients(network, inputs, lambda: setattr(network, "reads_summary_only", False))
 
