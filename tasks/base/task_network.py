@@ -61,6 +61,9 @@ class EncoderTaskNetwork(nn.Module):
         #: runs its top layer read at [CLS] only (``encoder.top_layer_at_summary``).
         self.reads_summary_only = settings.encoder.top_layer_at_summary and self._pools_first_token()
         self.encoder.padding_free = settings.encoder.padding_free
+        #: Whether training attention with dropout runs in the autocast precision (``encoder.low_precision_attention``).
+        self.low_precision_attention = self.encoder.use_low_precision_attention(
+            settings.encoder.low_precision_attention and not settings.encoder.attn_implementation)
         self.finetune = settings.finetune
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):

@@ -37,6 +37,11 @@ class EncoderSettings(Settings):
     #: attention masks it as before (BERT-style families; ``tasks/encoders/padding_free.py``). The same outputs
     #: at every real token.
     padding_free: bool = True
+    #: Under bf16/fp16 autocast on a CPU, training attention with dropout runs in that precision, where torch's
+    #: SDPA would take its fp32 math path (``tasks/encoders/low_precision_attention.py``). Only where the model's
+    #: attention is transformers' default, ``sdpa``, and ``attn_implementation`` is not set. Equal within bf16
+    #: rounding; evaluation and fp32 unchanged.
+    low_precision_attention: bool = True
 
     def __post_init__(self) -> None:
         if self.init not in ENCODER_INITS:

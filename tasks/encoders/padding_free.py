@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
+
+from sesame.tasks.encoders.low_precision_attention import dot_product_attention, uses_low_precision_attention
 
 
 #: Sequences per attention group: the batch's sequences sorted by length, then cut into groups this size, each
@@ -101,16 +102,17 @@ class PaddingFreeLayout:
         return flat.view(self.batch, self.length, *packed.shape[1:])
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_size: int,
-               dropout: float, scale: float | None) -> torch.Tensor:
+               dropout: float, scale: float | None, low_precision: bool = False) -> torch.Tensor:
         """Scaled dot-product attention of each sequence over its own tokens: ``query``, ``key``, ``value``
-        [N, heads * head_size] -> the attention output [N, heads * head_size]."""
+        [N, heads * head_size] -> the attention output [N, heads * head_size]. ``low_precision``:
+        ``encoder.low_precision_attention`` (:func:`dot_product_attention`)."""
         width = query.shape[-1]
         rows, outputs = [], []
         for gather, mask, inside, packed_rows in self.groups:
             group = mask.shape[0]
             q, k, v = (t.index_select(0, gather).view(group, -1, width // head_size, head_size).transpose(1, 2)
                        for t in (query, key, value))
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+            context = dot_product_attention(q, k, v, mask, dropout, scale, low_precision)
             outputs.append(context.transpose(1, 2).reshape(-1, width).index_select(0, inside))
             rows.append(packed_rows)
         if not rows:  # a batch of padding alone
@@ -124,7 +126,8 @@ def padding_free_layer_forward(layer: nn.Module, hidden: torch.Tensor, layout: P
     self_attention = layer.attention.self
     dropout = self_attention.dropout.p if self_attention.training else 0.0
     context = layout.attend(self_attention.query(hidden), self_attention.key(hidden), self_attention.value(hidden),
-                            self_attention.attention_head_size, dropout, self_attention.scaling)
+                            self_attention.attention_head_size, dropout, self_attention.scaling,
+                            uses_low_precision_attention(self_attention))
     attended = layer.attention.output(context, hidden)
     return layer.output(layer.intermediate(attended), attended)
 

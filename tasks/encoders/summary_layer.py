@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from sesame.tasks.encoders.low_precision_attention import dot_product_attention, uses_low_precision_attention
 from sesame.tasks.encoders.padding_free import PaddingFreeLayout
 
 
@@ -68,8 +68,8 @@ def summary_layer_forward(layer: nn.Module, hidden_states: torch.Tensor, attenti
     value = value.view(batch, length, -1, head_size).transpose(1, 2)
     mask = attention_mask[:, None, None, :].to(torch.bool)  # [B, 1, 1, T]: True where attention may look
     dropout = self_attention.dropout.p if self_attention.training else 0.0
-    context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
-                                             scale=self_attention.scaling)
+    context = dot_product_attention(query, key, value, mask, dropout, self_attention.scaling,
+                                    uses_low_precision_attention(self_attention))
     context = context.transpose(1, 2).reshape(batch, 1, -1)
     attended = layer.attention.output(context, summary)
     return layer.output(layer.intermediate(attended), attended)

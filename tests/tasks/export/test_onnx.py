@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sesame.tasks.core.errors import ConfigError, MissingFileError
+from sesame.tasks.encoders.low_precision_attention import ATTENTION_NAME
 from sesame.tasks.ner.network import tag_decoder
 from tests.conftest import require
 from tests.tasks.export.conftest import dev_data
@@ -116,7 +117,7 @@ def test_the_graph_is_traced_with_eager_attention_and_the_model_keeps_its_own(lo
 
     folder, report = exported(name)
     model = loaded(name).module.encoder.model
-    assert model.config._attn_implementation == "sdpa"  # the model as trained, given back after the trace
+    assert model.config._attn_implementation == ATTENTION_NAME  # the model as trained (SDPA), given back after the trace
     assert report["attention"] == "eager" and report["max_abs_diff"] <= TOLERANCE
     nodes = onnx.load(str(folder / MODEL_FILE)).graph.node
     assert "IsNaN" not in {node.op_type for node in nodes} and "Softmax" in {node.op_type for node in nodes}
@@ -130,9 +131,9 @@ def test_traced_attention_gives_the_model_back_its_own_on_error_and_model_keeps_
     with pytest.raises(RuntimeError, match="trace failed"), traced_attention(model) as traced:
         assert traced == "eager" and model.config._attn_implementation == "eager"
         raise RuntimeError("trace failed")
-    assert model.config._attn_implementation == "sdpa"
+    assert model.config._attn_implementation == ATTENTION_NAME
     with traced_attention(model, "model") as traced:
-        assert traced == "sdpa" and model.config._attn_implementation == "sdpa"
+        assert traced == ATTENTION_NAME and model.config._attn_implementation == ATTENTION_NAME
     with pytest.raises(ConfigError, match="--attention flash: use one of eager, model"), traced_attention(model, "flash"):
         pass
 
