@@ -18,6 +18,8 @@ Arms (``--arms``; the reference is ``hf``):
   sesame_grouped_padded  grouped, and batches padded to a multiple of 32 tokens (``data.pad_to_multiple_of=32``)
   sesame_bf16     ``sesame`` with ``trainer.precision=bf16-mixed``
   sesame_grouped_bf16  grouped and bf16, no pad multiple: the full-data study's ``sesame_grouped`` arm
+  sesame_grouped_bf16_sdpa  the same with ``encoder.low_precision_attention=false``: attention dropout in torch
+                  SDPA's fp32 math path, as the Trainer's model runs it
   sesame_fast     grouped, padded to 32 and bf16: the full-data study's speed arm (what it costs, setting by setting)
   hf              Trainer, dynamic padding (pad to the batch's longest), and sesame's shuffle: the
                   two sides train on the very same batches, in the same order

@@ -67,6 +67,10 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_grouped_padded": {"side": "sesame", "overrides": [GROUPED, "data.pad_to_multiple_of=32"]},
     "sesame_bf16": {"side": "sesame", "overrides": ["trainer.precision=bf16-mixed"], "precision_mirrored": False},
     "sesame_grouped_bf16": {"side": "sesame", "overrides": GROUPED_BF16_SETTINGS, "precision_mirrored": False},
+    # as sesame_grouped_bf16, with attention dropout in torch SDPA's fp32 math path (as the Trainer's)
+    "sesame_grouped_bf16_sdpa": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
+                                                                 "encoder.low_precision_attention=false"],
+                                 "precision_mirrored": False},
     # the full-data study's sesame_fast arm (benchmarks/full_data_study.py ARMS), less its validations
     "sesame_fast": {"side": "sesame", "overrides": FAST_SETTINGS, "precision_mirrored": False},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},

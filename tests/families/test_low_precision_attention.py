@@ -12,7 +12,13 @@ from torch.nn import functional as F
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.encoders import low_precision_attention
 from sesame.tasks.encoders.encoder import Encoder
-from sesame.tasks.encoders.low_precision_attention import ATTENTION_NAME, dot_product_attention, unfused_attention
+from sesame.tasks.encoders.low_precision_attention import (
+    ATTENTION_NAME,
+    dot_product_attention,
+    dropout_keep_mask,
+    sixteen_bit_dropout,
+    unfused_attention,
+)
 from tests.families.switch_equality import encoder_batch
 
 SENTENCES = ["a fine film , and a long one at that , with a plot that goes on and on", "dull",
@@ -38,20 +44,40 @@ def run(attention, *inputs: torch.Tensor, seed: int) -> tuple[torch.Tensor, ...]
     return output.detach().float(), *grads
 
 
-def test_bf16_dropout_attention_is_sdpas_with_the_same_dropout_mask_within_bf16_rounding():
+def test_bf16_dropout_attention_is_the_exact_attention_with_its_dropout_mask_within_bf16_rounding():
     query, key, value, mask = attention_inputs(torch.bfloat16)
-    sdpa = lambda *t: F.scaled_dot_product_attention(*t[:3], attn_mask=t[3], dropout_p=0.3)  # noqa: E731
     ours = lambda *t: unfused_attention(*t[:3], t[3], 0.3, None)  # noqa: E731
-    reference = run(sdpa, query, key, value, mask, seed=1)
-    other_seed = run(sdpa, query, key, value, mask, seed=2)
-    unfused = run(ours, query, key, value, mask, seed=1)
+
+    def exact(*t: torch.Tensor) -> torch.Tensor:  # float64, with the mask the seed gives
+        q, k, v = (x.double() for x in t[:3])
+        scores = (q @ k.transpose(-2, -1) / 8 ** 0.5).masked_fill(~t[3], float("-inf"))
+        keep, scale = dropout_keep_mask(scores.shape, 0.3, scores.device)
+        return (torch.softmax(scores, -1) * keep * scale) @ v
+
+    reference, other_seed, unfused = (run(f, query, key, value, mask, seed=s)
+                                      for f, s in ((exact, 1), (exact, 2), (ours, 1)))
     for index, (got, want, elsewhere) in enumerate(zip(unfused, reference, other_seed)):
         got, want, elsewhere = got[:2], want[:2], elsewhere[:2]  # the padding row: finite, read by nothing
-        scale = want.abs().max()
-        assert (got - want).abs().max() <= 0.03 * scale, f"tensor {index}"
+        assert (got - want).abs().max() <= 0.03 * want.abs().max(), f"tensor {index}"
         # the same mask: far closer than another draw of it
         assert (got - want).abs().max() < 0.2 * (elsewhere - want).abs().max(), f"tensor {index}"
     assert all(torch.isfinite(t).all() for t in unfused)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_sixteen_bit_dropout_drops_at_the_rate_and_scales_as_dropout_does_repeatably(p):
+    ones = torch.ones(2000, 2000, dtype=torch.bfloat16)
+    torch.manual_seed(3)
+    dropped = sixteen_bit_dropout(ones, p)
+    rate = (dropped == 0).double().mean().item()
+    assert abs(rate - p) < 4 * (p * (1 - p) / ones.numel()) ** 0.5  # within 4 sigma of p
+    kept = dropped[dropped != 0].float()
+    assert torch.equal(kept, torch.full_like(kept, float(torch.tensor(1 / (1 - p), dtype=torch.bfloat16))))
+    assert (dropped.float().mean() - 1).abs() < 0.01  # unbiased: E[dropout(x)] = x
+    torch.manual_seed(3)
+    assert torch.equal(sixteen_bit_dropout(ones, p), dropped)  # torch's generator: a seed repeats the mask
+    assert not torch.equal(sixteen_bit_dropout(ones, p), dropped)
+    assert torch.equal(sixteen_bit_dropout(ones, 1.0), torch.zeros_like(ones))
 
 
 @pytest.mark.parametrize("dtype,dropout", [(torch.float32, 0.3), (torch.bfloat16, 0.0)])
@@ -66,8 +92,10 @@ def test_fp32_and_attention_without_dropout_are_sdpa_itself(dtype, dropout):
 
 @pytest.fixture
 def counted_unfused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the unfused attention ran (one entry per call)."""
+    """How many times the unfused attention ran (one entry per call), with torch's dropout (the same masks as SDPA's
+    for the same seed), so an encoder's outputs compare with SDPA's."""
     calls: list[int] = []
+    monkeypatch.setattr(low_precision_attention, "sixteen_bit_dropout", lambda x, p: F.dropout(x, p, training=True))
 
     def counting(*args, **kwargs):
         calls.append(1)
