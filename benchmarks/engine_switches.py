@@ -17,7 +17,10 @@ torch thread:
   default fp32;
 - ``padding_free``: the default (``encoder.padding_free``: layers run on the real tokens alone) against the same
   randomly ordered batches with layers run on the padding (``padded``), and ``padding_free_grouped`` the same on
-  length-grouped batches.
+  length-grouped batches;
+- ``low_precision_attention``: bf16 (``trainer.precision=bf16-mixed``) with the default
+  ``encoder.low_precision_attention`` (attention dropout in bf16) against the same with torch SDPA's fp32 math path
+  (``bf16_sdpa``).
 
 Each run trains ``--steps`` optimiser steps of MiniLM-L6 on the shipped SST-2 slice (2,000 sentences,
 batches of 32) and then scores the whole SST-2 dev set (872 sentences), so a run gives both its step
@@ -57,6 +60,8 @@ ARMS: dict[str, list[str]] = {
     "padded": ["encoder.padding_free=false"],
     "grouped": ["data.group_by_length=true"],
     "grouped_padded": ["data.group_by_length=true", "encoder.padding_free=false"],
+    "bf16": ["trainer.precision=bf16-mixed"],
+    "bf16_sdpa": ["trainer.precision=bf16-mixed", "encoder.low_precision_attention=false"],
 }
 #: switch -> (its arm, the arm it is compared with).
 SWITCHES: dict[str, tuple[str, str]] = {
@@ -67,6 +72,7 @@ SWITCHES: dict[str, tuple[str, str]] = {
     "precision_auto": ("precision_auto", "default"),
     "padding_free": ("default", "padded"),
     "padding_free_grouped": ("grouped", "grouped_padded"),
+    "low_precision_attention": ("bf16", "bf16_sdpa"),
 }
 #: The ``$SESAME_DATA_DIR`` data each task reads (``--tasks`` as other benchmarks have it): none, the
 #: shipped SST-2 slice is all it trains and scores on.

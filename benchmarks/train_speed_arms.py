@@ -71,6 +71,10 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_grouped_bf16_sdpa": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
                                                                  "encoder.low_precision_attention=false"],
                                  "precision_mirrored": False},
+    # as sesame_grouped_bf16, with row-sparse word-embedding updates (finetune.sparse_embeddings)
+    "sesame_grouped_bf16_sparse": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
+                                                                   "finetune.sparse_embeddings=true"],
+                                   "precision_mirrored": False},
     # the full-data study's sesame_fast arm (benchmarks/full_data_study.py ARMS), less its validations
     "sesame_fast": {"side": "sesame", "overrides": FAST_SETTINGS, "precision_mirrored": False},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},

@@ -100,10 +100,11 @@ def total_gradient_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([p.float() for p in parts]))
 
 
-def clip_gradients(params: Iterable[nn.Parameter], max_norm: float, algorithm: str = "norm") -> None:
+def clip_gradients(params: Iterable[nn.Parameter], max_norm: float, algorithm: str = "norm",
+                   norm: torch.Tensor | None = None) -> None:
     """``torch.nn.utils.clip_grad_norm_`` (``algorithm="norm"``) or ``clip_grad_value_`` (``"value"``)
-    over gradients some of which are sparse: the same scale factor, ``max_norm / (norm + 1e-6)`` capped
-    at 1, on every gradient."""
+    over gradients some of which may be sparse: the same scale factor, ``max_norm / (norm + 1e-6)`` capped
+    at 1, on every gradient. ``norm``: their total norm, when already measured (:func:`total_gradient_norm`)."""
     grads = coalesced_gradients(params)
     if not grads:
         return
@@ -111,10 +112,13 @@ def clip_gradients(params: Iterable[nn.Parameter], max_norm: float, algorithm: s
         for g in grads:
             (g._values() if g.is_sparse else g).clamp_(-max_norm, max_norm)
         return
-    scale = torch.clamp(max_norm / (total_gradient_norm(grads) + 1e-6), max=1.0)
+    scale = torch.clamp(max_norm / ((total_gradient_norm(grads) if norm is None else norm) + 1e-6), max=1.0)
+    dense = [g for g in grads if not g.is_sparse]
+    for dtype in {g.dtype for g in dense}:  # as torch's clipping: one foreach multiply per dtype
+        torch._foreach_mul_([g for g in dense if g.dtype == dtype], scale.to(dtype))
     for g in grads:
-        target = g._values() if g.is_sparse else g
-        target.mul_(scale.to(target.dtype))
+        if g.is_sparse:
+            g._values().mul_(scale.to(g.dtype))
 
 
 def has_sparse_gradients(optimizer: torch.optim.Optimizer) -> bool:

@@ -35,3 +35,31 @@ def test_bf16_training_steps_with_the_fused_adamw_and_clipped_gradients(make_cfg
     assert len(seen) == 3
     assert all(step["fused"] is fused for step in seen)
     assert all(step["norm"] <= clip * (1 + 1e-4) for step in seen), seen
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_clipping_reuses_the_logged_gradient_norm_and_clips_as_torch_does(make_cfg, tmp_path, monkeypatch, precision):
+    from lightning.pytorch.plugins.precision import Precision
+
+    clipped: list[bool] = []
+    clip_as_sesame = task_module.clip_gradients
+
+    def checked(params, max_norm, algorithm="norm", norm=None):
+        params = [p for p in params if p.grad is not None]
+        assert norm is not None  # measured once, by on_before_optimizer_step (the logged grad_norm)
+        copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+        for copy, p in zip(copies, params):
+            copy.grad = p.grad.clone()
+        torch.nn.utils.clip_grad_norm_(copies, max_norm)
+        clip_as_sesame(params, max_norm, algorithm, norm)
+        clipped.append(all(torch.equal(p.grad, copy.grad) for p, copy in zip(params, copies)))
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("Lightning's clipping measured the norm a second time")
+
+    monkeypatch.setattr(task_module, "clip_gradients", checked)
+    monkeypatch.setattr(Precision, "clip_gradients", refuse)
+    runner.train(RunSettings.from_config(make_cfg("data.max_train_examples=24", "data.batch_size=8",
+                                                  f"trainer.precision={precision}", "trainer.gradient_clip_val=0.05")),
+                 tmp_path)
+    assert clipped == [True, True, True]  # every step clipped, bit for bit as torch's clip_grad_norm_
