@@ -20,6 +20,8 @@ Arms (``--arms``; the reference is ``hf``):
   sesame_grouped_bf16  grouped and bf16, no pad multiple: the full-data study's ``sesame_grouped`` arm
   sesame_grouped_bf16_sdpa  the same with ``encoder.low_precision_attention=false``: attention dropout in torch
                   SDPA's fp32 math path, as the Trainer's model runs it
+  sesame_grouped_bf16_exact_dropout  the same with ``encoder.fast_dropout=false``: torch's dropout on the hidden
+                  states (one float drawn per element)
   sesame_grouped_bf16_sparse  the same with ``finetune.sparse_embeddings=true``: only the word-embedding rows a
                   batch reads get a gradient and an update
   sesame_fast     grouped, padded to 32 and bf16: the full-data study's speed arm (what it costs, setting by setting)

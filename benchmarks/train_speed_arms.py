@@ -71,6 +71,10 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_grouped_bf16_sdpa": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
                                                                  "encoder.low_precision_attention=false"],
                                  "precision_mirrored": False},
+    # as sesame_grouped_bf16, with torch's own dropout on the hidden states (a float drawn per element)
+    "sesame_grouped_bf16_exact_dropout": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
+                                                                          "encoder.fast_dropout=false"],
+                                          "precision_mirrored": False},
     # as sesame_grouped_bf16, with row-sparse word-embedding updates (finetune.sparse_embeddings)
     "sesame_grouped_bf16_sparse": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
                                                                    "finetune.sparse_embeddings=true"],

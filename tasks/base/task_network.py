@@ -21,6 +21,7 @@ from sesame.heads.pooling import SUMMARY_ONLY_POOLINGS, PoolerPooling, build_poo
 from sesame.tasks.base.run_settings import PoolingSettings, RunSettings
 from sesame.tasks.core.errors import ConfigError, DataError, settings_check
 from sesame.tasks.encoders.encoder import Encoder, encoder_inputs
+from sesame.tasks.encoders.fast_dropout import use_fast_dropout
 from sesame.tasks.encoders.families import no_pooler_message, pooler_linear
 from sesame.tasks.encoders.finetune import apply_finetune_mode
 from sesame.tasks.encoders.store import FROZEN_KEY, weights_digest
@@ -64,6 +65,8 @@ class EncoderTaskNetwork(nn.Module):
         #: Whether training attention with dropout runs in the autocast precision (``encoder.low_precision_attention``).
         self.low_precision_attention = self.encoder.use_low_precision_attention(
             settings.encoder.low_precision_attention and not settings.encoder.attn_implementation)
+        #: How many of the encoder's dropout modules draw masks four elements per draw (``encoder.fast_dropout``).
+        self.fast_dropout_modules = use_fast_dropout(self.encoder.model) if settings.encoder.fast_dropout else 0
         self.finetune = settings.finetune
         self._eval_only_parts = apply_finetune_mode(self.encoder, self.finetune)
         for param in self.encoder.unread_parameters(max(self.fusion.indices)):

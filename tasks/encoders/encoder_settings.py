@@ -42,6 +42,9 @@ class EncoderSettings(Settings):
     #: attention is transformers' default, ``sdpa``, and ``attn_implementation`` is not set. Equal within bf16
     #: rounding; evaluation and fp32 unchanged.
     low_precision_attention: bool = True
+    #: Dropout in the encoder draws its masks four elements per random draw, not one
+    #: (``tasks/encoders/fast_dropout.py``): the rate rounded to a multiple of 2⁻¹⁶, other masks than torch's.
+    fast_dropout: bool = True
 
     def __post_init__(self) -> None:
         if self.init not in ENCODER_INITS:

@@ -7,9 +7,8 @@ about 3x the fused kernel's time, most of a bf16 step on long inputs (SQuAD's 25
 is computed here unfused in the inputs' own precision, as autocast computes any other matmul: the scores by a
 bf16 matmul, the softmax accumulated in fp32 and rounded to bf16 (the precision P·V reads them in), the dropout
 applied to the bf16 probabilities. torch's dropout draws a float per element (about half the unfused attention's
-time); :func:`sixteen_bit_dropout` compares 16-bit slices of 64-bit random words with a threshold instead, four
-elements per draw of torch's generator (so seeded runs repeat), at the rate ``p`` rounded to a multiple of 2⁻¹⁶
-(0.1 -> 0.100006). Given the same dropout mask, the result is SDPA's within bf16 rounding
+time); the probabilities' dropout is :func:`~sesame.tasks.encoders.fast_dropout.sixteen_bit_dropout` instead, four
+elements per draw of torch's generator. Given the same dropout mask, the result is SDPA's within bf16 rounding
 (``tests/families/test_low_precision_attention.py``). Everything else (fp32, where the unfused path gains
 nothing, evaluation, no dropout, causal or biased attention, a GPU) is torch's SDPA unchanged.
 
@@ -24,33 +23,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from sesame.tasks.encoders.fast_dropout import sixteen_bit_dropout
+
 #: The attention implementation name the switch gives the model (``config._attn_implementation``).
 ATTENTION_NAME = "sesame_sdpa"
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
-
-
-#: :func:`sixteen_bit_dropout`'s resolution: the dropout rate is a multiple of 1 / DROPOUT_LEVELS.
-DROPOUT_LEVELS = 1 << 16
-
-
-def dropout_keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
-    """Which elements of a tensor of ``shape`` survive dropout at rate ``p`` (bool, True = kept), and the scale
-    kept elements take, ``1 / (1 - p')`` with ``p'`` = ``p`` rounded to a multiple of 1 / :data:`DROPOUT_LEVELS`.
-    Each 64-bit draw of torch's generator gives four elements 16 uniform bits each."""
-    dropped = round(p * DROPOUT_LEVELS)
-    count = shape.numel()
-    words = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_(-(1 << 63), None)
-    uniform = words.view(torch.int16)[:count].view(shape)  # uniform over [-2^15, 2^15)
-    keep = uniform >= dropped - DROPOUT_LEVELS // 2
-    return keep, (DROPOUT_LEVELS / (DROPOUT_LEVELS - dropped) if dropped < DROPOUT_LEVELS else 0.0)
-
-
-def sixteen_bit_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Dropout of ``x`` (any shape) at rate ``p`` (rounded to a multiple of 2⁻¹⁶) with :func:`dropout_keep_mask`:
-    dropped elements 0, kept ones scaled by ``1 / (1 - p)``, as ``F.dropout`` in training."""
-    keep, scale = dropout_keep_mask(x.shape, p, x.device)
-    return torch.where(keep, x * scale, 0)
 
 
 def computes_unfused(query: torch.Tensor, dropout: float, is_causal: bool = False) -> bool:

@@ -12,13 +12,8 @@ from torch.nn import functional as F
 from sesame.tasks.base.run_settings import RunSettings
 from sesame.tasks.encoders import low_precision_attention
 from sesame.tasks.encoders.encoder import Encoder
-from sesame.tasks.encoders.low_precision_attention import (
-    ATTENTION_NAME,
-    dot_product_attention,
-    dropout_keep_mask,
-    sixteen_bit_dropout,
-    unfused_attention,
-)
+from sesame.tasks.encoders.fast_dropout import dropout_keep_mask
+from sesame.tasks.encoders.low_precision_attention import ATTENTION_NAME, dot_product_attention, unfused_attention
 from tests.families.switch_equality import encoder_batch
 
 SENTENCES = ["a fine film , and a long one at that , with a plot that goes on and on", "dull",
@@ -62,22 +57,6 @@ def test_bf16_dropout_attention_is_the_exact_attention_with_its_dropout_mask_wit
         # the same mask: far closer than another draw of it
         assert (got - want).abs().max() < 0.2 * (elsewhere - want).abs().max(), f"tensor {index}"
     assert all(torch.isfinite(t).all() for t in unfused)
-
-
-@pytest.mark.parametrize("p", [0.1, 0.3])
-def test_sixteen_bit_dropout_drops_at_the_rate_and_scales_as_dropout_does_repeatably(p):
-    ones = torch.ones(2000, 2000, dtype=torch.bfloat16)
-    torch.manual_seed(3)
-    dropped = sixteen_bit_dropout(ones, p)
-    rate = (dropped == 0).double().mean().item()
-    assert abs(rate - p) < 4 * (p * (1 - p) / ones.numel()) ** 0.5  # within 4 sigma of p
-    kept = dropped[dropped != 0].float()
-    assert torch.equal(kept, torch.full_like(kept, float(torch.tensor(1 / (1 - p), dtype=torch.bfloat16))))
-    assert (dropped.float().mean() - 1).abs() < 0.01  # unbiased: E[dropout(x)] = x
-    torch.manual_seed(3)
-    assert torch.equal(sixteen_bit_dropout(ones, p), dropped)  # torch's generator: a seed repeats the mask
-    assert not torch.equal(sixteen_bit_dropout(ones, p), dropped)
-    assert torch.equal(sixteen_bit_dropout(ones, 1.0), torch.zeros_like(ones))
 
 
 @pytest.mark.parametrize("dtype,dropout", [(torch.float32, 0.3), (torch.bfloat16, 0.0)])
