@@ -20,7 +20,9 @@ torch thread:
   length-grouped batches;
 - ``low_precision_attention``: bf16 (``trainer.precision=bf16-mixed``) with the default
   ``encoder.low_precision_attention`` (attention dropout in bf16) against the same with torch SDPA's fp32 math path
-  (``bf16_sdpa``).
+  (``bf16_sdpa``);
+- ``fast_dropout``: the default (``encoder.fast_dropout``: dropout masks from 16-bit slices of 64-bit draws) against
+  torch's dropout (``exact_dropout``), and ``fast_dropout_bf16`` the same under bf16.
 
 Each run trains ``--steps`` optimiser steps of MiniLM-L6 on the shipped SST-2 slice (2,000 sentences,
 batches of 32) and then scores the whole SST-2 dev set (872 sentences), so a run gives both its step
@@ -62,6 +64,8 @@ ARMS: dict[str, list[str]] = {
     "grouped_padded": ["data.group_by_length=true", "encoder.padding_free=false"],
     "bf16": ["trainer.precision=bf16-mixed"],
     "bf16_sdpa": ["trainer.precision=bf16-mixed", "encoder.low_precision_attention=false"],
+    "exact_dropout": ["encoder.fast_dropout=false"],
+    "bf16_exact_dropout": ["trainer.precision=bf16-mixed", "encoder.fast_dropout=false"],
 }
 #: switch -> (its arm, the arm it is compared with).
 SWITCHES: dict[str, tuple[str, str]] = {
@@ -73,6 +77,8 @@ SWITCHES: dict[str, tuple[str, str]] = {
     "padding_free": ("default", "padded"),
     "padding_free_grouped": ("grouped", "grouped_padded"),
     "low_precision_attention": ("bf16", "bf16_sdpa"),
+    "fast_dropout": ("default", "exact_dropout"),
+    "fast_dropout_bf16": ("bf16", "bf16_exact_dropout"),
 }
 #: The ``$SESAME_DATA_DIR`` data each task reads (``--tasks`` as other benchmarks have it): none, the
 #: shipped SST-2 slice is all it trains and scores on.

@@ -24,6 +24,8 @@ Arms (``--arms``; the reference is ``hf``):
                   states (one float drawn per element)
   sesame_grouped_bf16_sparse  the same with ``finetune.sparse_embeddings=true``: only the word-embedding rows a
                   batch reads get a gradient and an update
+  sesame_cpu_speed  the preset ``+experiment=cpu_speed``: grouped, ``trainer.precision=auto`` (bf16 on a CPU with
+                  bf16 instructions), ``finetune.sparse_embeddings=true``, ``encoder.fast_dropout=true``
   sesame_fast     grouped, padded to 32 and bf16: the full-data study's speed arm (what it costs, setting by setting)
   hf              Trainer, dynamic padding (pad to the batch's longest), and sesame's shuffle: the
                   two sides train on the very same batches, in the same order
@@ -220,6 +222,7 @@ def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path, pre
         def on_train_start(self, trainer, module):
             recorder.begin_training(trainer.optimizers[0], len(trainer.datamodule.dataset("train")))
             recorder.attn = module.encoder.model.config._attn_implementation
+            recorder.precision = str(trainer.precision)  # what trainer.precision=auto resolved to
 
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
             recorder.batch(batch)
@@ -246,7 +249,7 @@ def run_sesame(overrides: list[str], steps: int, warmup: int, run_dir: Path, pre
         runner.build_trainer = build
     main = str(cfg.task.main_metric)
     return {**recorder.summary(warmup), "metric": main, "metric_value": metrics.get(main), "metrics": metrics,
-            "run_seconds": total, "attn_implementation": recorder.attn,
+            "run_seconds": total, "attn_implementation": recorder.attn, "precision": recorder.precision,
             "settings": settings_of(cfg)}
 
 
@@ -364,7 +367,9 @@ def main(argv: list[str] | None = None) -> None:
         meta["fair"] = summarize(results, FAIR_REFERENCE)
     if any(r["arm"] == SAME_BATCHES_REFERENCE for r in results):
         meta["same_batches_bf16"] = summarize(results, SAME_BATCHES_REFERENCE)
-        meta["same_batches_bf16_checks"] = same_batches(results, "sesame_grouped_bf16", SAME_BATCHES_REFERENCE)
+        meta["same_batches_bf16_checks"] = {
+            arm: same_batches(results, arm, SAME_BATCHES_REFERENCE) for arm in dict.fromkeys(r["arm"] for r in results)
+            if ARMS[arm]["side"] == "sesame" and length_grouped(arm)}
     text = markdown(args, summary, checks, meta)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"}
     (args.out / "train_speed.json").write_text(json.dumps(

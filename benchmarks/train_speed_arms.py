@@ -79,6 +79,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_grouped_bf16_sparse": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
                                                                    "finetune.sparse_embeddings=true"],
                                    "precision_mirrored": False},
+    # the preset +experiment=cpu_speed: grouped, precision auto (bf16 here), sparse embeddings, fast dropout
+    "sesame_cpu_speed": {"side": "sesame", "overrides": ["+experiment=cpu_speed"], "precision_mirrored": False,
+                         "grouped": True},
     # the full-data study's sesame_fast arm (benchmarks/full_data_study.py ARMS), less its validations
     "sesame_fast": {"side": "sesame", "overrides": FAST_SETTINGS, "precision_mirrored": False},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},
@@ -95,7 +98,9 @@ REFERENCE = "hf"
 
 def length_grouped(arm: str) -> bool:
     """Whether ``arm`` trains on length-grouped batches (sesame's ``data.group_by_length``, the Trainer's sampler)."""
-    return GROUPED in ARMS[arm].get("overrides", []) or ARMS[arm].get("order") in ("group_by_length", "sesame_grouped")
+    spec = ARMS[arm]
+    return GROUPED in spec.get("overrides", []) or spec.get("grouped", False) or spec.get("order") in (
+        "group_by_length", "sesame_grouped")
 
 
 def data_overrides(args: argparse.Namespace, task: str, evaluate: bool) -> list[str]:

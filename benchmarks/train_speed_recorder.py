@@ -35,6 +35,8 @@ class StepRecorder:
         self.train_start: float | None = None
         self.train_end: float | None = None
         self.rss_train_end_kib: int | None = None
+        self.attn: str | None = None  # the model's attention implementation (sesame side)
+        self.precision: str | None = None  # the precision Lightning trained in (sesame side)
         self._start = self._cpu_start = 0.0
 
     def begin_training(self, optimizer: Any, train_examples: int) -> None:

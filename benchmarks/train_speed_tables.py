@@ -133,20 +133,21 @@ def markdown(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str
     return "\n".join(lines) + "\n"
 
 
-def same_batches_table(against: dict[str, Any] | None, checks: dict[str, bool | None]) -> list[str]:
-    """``sesame_grouped_bf16`` against the Trainer's bf16 on the same batches (``SAME_BATCHES_REFERENCE``): step
-    against step; nothing where that arm did not run."""
+def same_batches_table(against: dict[str, Any] | None, checks: dict[str, dict[str, bool | None]]) -> list[str]:
+    """The length-grouped sesame arms (``checks``: arm -> task -> same batches) against the Trainer's bf16 on
+    sesame's grouped batches (``SAME_BATCHES_REFERENCE``): step against step; nothing where it did not run."""
     if not against:
         return []
     lines = ["", f"### Step on the same examples (`{SAME_BATCHES_REFERENCE}`: the Trainer's bf16 on sesame's grouped batches)",
              "", "| task | arm | step CPU × | step median × | peak RSS × | same batches |", "|---|---|---|---|---|---|"]
     for task, arms in against.items():
-        e = arms.get("sesame_grouped_bf16")
-        if e is None or SAME_BATCHES_REFERENCE not in arms:
-            continue
-        same = {True: "yes", False: "**no**", None: "n/a"}[checks.get(task)]
-        lines.append(f"| {task} | sesame_grouped_bf16 | {fmt_ratio(e, 'step_cpu_median_s')} | {fmt_ratio(e, 'step_median_s')} | "
-                     f"{fmt_ratio(e, 'peak_rss_train_mib')} | {same} |")
+        for arm, per_task in checks.items():
+            e = arms.get(arm)
+            if e is None or SAME_BATCHES_REFERENCE not in arms:
+                continue
+            same = {True: "yes", False: "**no**", None: "n/a"}[per_task.get(task)]
+            lines.append(f"| {task} | {arm} | {fmt_ratio(e, 'step_cpu_median_s')} | {fmt_ratio(e, 'step_median_s')} | "
+                         f"{fmt_ratio(e, 'peak_rss_train_mib')} | {same} |")
     return lines
 
 

@@ -43,8 +43,9 @@ class EncoderSettings(Settings):
     #: rounding; evaluation and fp32 unchanged.
     low_precision_attention: bool = True
     #: Dropout in the encoder draws its masks four elements per random draw, not one
-    #: (``tasks/encoders/fast_dropout.py``): the rate rounded to a multiple of 2⁻¹⁶, other masks than torch's.
-    fast_dropout: bool = True
+    #: (``tasks/encoders/fast_dropout.py``): the rate rounded to a multiple of 2⁻¹⁶, other masks than torch's. Off:
+    #: under 5% of a step (on in ``+experiment=cpu_speed``).
+    fast_dropout: bool = False
 
     def __post_init__(self) -> None:
         if self.init not in ENCODER_INITS:

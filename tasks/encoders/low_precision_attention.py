@@ -7,8 +7,8 @@ about 3x the fused kernel's time, most of a bf16 step on long inputs (SQuAD's 25
 is computed here unfused in the inputs' own precision, as autocast computes any other matmul: the scores by a
 bf16 matmul, the softmax accumulated in fp32 and rounded to bf16 (the precision P·V reads them in), the dropout
 applied to the bf16 probabilities. torch's dropout draws a float per element (about half the unfused attention's
-time); the probabilities' dropout is :func:`~sesame.tasks.encoders.fast_dropout.sixteen_bit_dropout` instead, four
-elements per draw of torch's generator. Given the same dropout mask, the result is SDPA's within bf16 rounding
+time); the probabilities' dropout mask is :func:`~sesame.tasks.encoders.fast_dropout.dropout_keep_mask`'s instead,
+four elements per draw of torch's generator. Given the same dropout mask, the result is SDPA's within bf16 rounding
 (``tests/families/test_low_precision_attention.py``). Everything else (fp32, where the unfused path gains
 nothing, evaluation, no dropout, causal or biased attention, a GPU) is torch's SDPA unchanged.
 
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sesame.tasks.encoders.fast_dropout import sixteen_bit_dropout
+from sesame.tasks.encoders.fast_dropout import dropout_keep_mask
 
 #: The attention implementation name the switch gives the model (``config._attn_implementation``).
 ATTENTION_NAME = "sesame_sdpa"
@@ -48,8 +48,10 @@ def unfused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         # the dtype's lowest value, not -inf: a row with nothing to look at stays finite, as SDPA's does
         scores = (scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min) if attn_mask.dtype == torch.bool
                   else scores + attn_mask)
-    probs = sixteen_bit_dropout(torch.softmax(scores, dim=-1), dropout)
-    return torch.matmul(probs, value)
+    probs = torch.softmax(scores, dim=-1)
+    keep, keep_scale = dropout_keep_mask(probs.shape, dropout, probs.device)
+    # dropout's 1 / (1 - p) scales the [.., Tq, d] context, not the [.., Tq, Tk] probabilities: a smaller pass
+    return torch.matmul(torch.where(keep, probs, 0), value) * keep_scale
 
 
 def dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

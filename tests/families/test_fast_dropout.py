@@ -70,14 +70,19 @@ def test_recomputed_layers_draw_the_same_fast_dropout_masks(family_dir):
         torch.testing.assert_close(recomputed[key], plain[key], msg=key)
 
 
-@pytest.mark.parametrize("overrides,on", [((), True), (("encoder.fast_dropout=false",), False)])
-def test_a_network_takes_fast_dropout_unless_turned_off(family_cfg, overrides, on):
+@pytest.mark.parametrize("overrides,on", [((), False), (("encoder.fast_dropout=true",), True),
+                                          (("+experiment=cpu_speed",), True)])
+def test_a_network_takes_fast_dropout_when_turned_on_or_in_the_cpu_speed_preset(family_cfg, overrides, on):
     from sesame.tasks.saved.checkpoints import build_module
 
-    network = build_module(RunSettings.from_config(family_cfg("bert", "glue", *overrides)), network_only=True)
+    settings = RunSettings.from_config(family_cfg("bert", "glue", *overrides))
+    network = build_module(settings, network_only=True)
     kinds = {type(m) for m in network.encoder.model.modules() if isinstance(m, nn.Dropout)}
     assert kinds == ({SixteenBitDropout} if on else {nn.Dropout})
     assert (network.fast_dropout_modules > 0) is on
+    preset = "+experiment=cpu_speed" in overrides  # and the preset's other switches, each off by default
+    assert (settings.data.group_by_length, settings.finetune.sparse_embeddings) == (preset, preset)
+    assert (settings.trainer.lightning.get("precision") == "auto") is preset
 
 
 def test_a_zero_rate_drops_nothing():

@@ -74,7 +74,8 @@ def counted_unfused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the unfused attention ran (one entry per call), with torch's dropout (the same masks as SDPA's
     for the same seed), so an encoder's outputs compare with SDPA's."""
     calls: list[int] = []
-    monkeypatch.setattr(low_precision_attention, "sixteen_bit_dropout", lambda x, p: F.dropout(x, p, training=True))
+    monkeypatch.setattr(low_precision_attention, "dropout_keep_mask",
+                        lambda shape, p, device: (torch.empty(shape, device=device).bernoulli_(1 - p).bool(), 1 / (1 - p)))
 
     def counting(*args, **kwargs):
         calls.append(1)
