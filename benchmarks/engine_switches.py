@@ -29,7 +29,7 @@ batches of 32) and then scores the whole SST-2 dev set (872 sentences), so a run
 time and a dev accuracy; repetition ``r`` trains with seed ``41 + r``. Ratios are switch / base of the
 median step CPU time (< 1: faster) and of steps per second; medians over repetitions.
 
-    python benchmarks/engine_switches.py --reps 2 --steps 62 --threads 1   # about 12 minutes
+    python benchmarks/engine_switches.py --reps 2 --steps 62 --threads 1   # about 35 minutes: every arm
     python benchmarks/engine_switches.py --quick                           # pipeline check: tiny encoder, 3 steps
 """
 

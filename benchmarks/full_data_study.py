@@ -14,6 +14,8 @@ own. Arms:
   sesame_fast  (optional, not in the default --arms) sesame with what it ships for speed:
                data.group_by_length=true data.pad_to_multiple_of=32 trainer.precision=bf16-mixed,
                validated every half epoch
+  sesame_cpu_speed  (optional) the task's recipe with sesame's speed preset, ``+experiment=cpu_speed`` (grouped,
+               precision auto, sparse embeddings, fast dropout), validated every half epoch as hf_fast is
   sesame_grouped  (optional) sesame_fast without data.pad_to_multiple_of (grouped batches padded to their
                longest): the cheaper choice on short sentences (docs/results/fast_arm_ablation.md)
   hf_fast      (optional) the Trainer at its best on a CPU, the fair baseline of the speed arms: the hf arm plus its
@@ -155,6 +157,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="rerun the planned units whose finished result carries no machine fingerprint (recorded "
                         "before attempts did), so that their CPU seconds can be divided by the other arms' of this "
                         "machine; the old result is kept beside it as result.unfingerprinted.json")
+    parser.add_argument("--without-records", action="store_true",
+                        help="do not put the committed run records back into --out: a study of its own, every unit run "
+                        "here (so all its CPU seconds divide); use a --out of its own")
     parser.add_argument("--plan", action="store_true", help="list the units and their state, run nothing")
     parser.add_argument("--report", action="store_true", help="only write the report from the finished units")
     parser.add_argument("--report-file", type=Path, default=None,
@@ -234,7 +239,7 @@ class Stop:
 def run_attempt(args: argparse.Namespace, unit: dict[str, Any], folder: Path, attempt: int, stop: Stop,
                 meta: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
     task = unit["task"]
-    spec = {**unit, **arm, "hf": TASKS[task]["hf"], "overrides": unit_overrides(args, task, unit["seed"]),
+    spec = {**unit, **arm, "hf": TASKS[task]["hf"], "overrides": unit_overrides(args, task, unit["seed"], arm.get("presets", ())),
             "ckpt_steps": 2 if args.quick else TASKS[task]["ckpt_steps"], "threads": args.threads,
             "attempt": attempt, "kill_at_step": QUICK_KILL_AT if args.quick else None, "quick": args.quick,
             "commit": meta["commit"], "data_dir": meta["data_dir"]}
@@ -353,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     from sesame.tasks.cli.resolvers import register_resolvers
 
     register_resolvers()
-    if not args.quick and not args.readme:  # a committed run is a finished unit, also on a machine that never ran it
+    if not (args.quick or args.readme or args.without_records):  # a committed run is a finished unit, also on a machine that never ran it
         restored = restore_from_records(args)
         if restored:
             print(f"[study] restored {len(restored)} finished unit(s) into {args.base_out} from {RUN_RECORDS.relative_to(REPO)}",
@@ -377,6 +382,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1 if stale else 0)
         return
     if args.report:
+        if args.without_records and not args.report_file:
+            sys.exit("error: --without-records --report needs a --report-file of its own (the default is the committed study's)")
         path = write_report(args, args.report_file or (args.base_out / "report" / "full_data_study.md" if args.quick else DEFAULT_REPORT))
         print(f"wrote {path}")
         return

@@ -60,7 +60,7 @@ def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     colours = {"sesame": "tab:blue", "hf": "tab:orange", "sesame_fast": "tab:green", "sesame_grouped": "tab:purple",
-               "hf_fast": "tab:red"}
+               "hf_fast": "tab:red", "sesame_cpu_speed": "tab:brown"}
     for task in dict.fromkeys(r["task"] for r in results):
         rows = [r for r in results if r["task"] == task]
         metric = rows[0]["main_metric"]

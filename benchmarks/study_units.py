@@ -61,6 +61,11 @@ ARMS: dict[str, dict[str, Any]] = {
     # sesame_fast less the pad multiple (the sweep's SWEEP_SPEED): on short sentences padding grouped batches to 32
     # tokens costs more than bf16 saves (docs/results/fast_arm_ablation.md: CoLA 1.05x the Trainer's step with it,
     # grouping alone 0.57x)
+    # sesame's speed preset (+experiment=cpu_speed: grouped, precision auto, sparse embeddings, fast dropout) on top
+    # of the task's, validated at hf_fast's points
+    "sesame_cpu_speed": {"side": "sesame", "mirrored": False, "presets": ["cpu_speed"],
+                         "overrides": ["trainer.val_check_interval=0.5"],
+                         "label": "sesame's speed preset `+experiment=cpu_speed` on the task's recipe, validated every half epoch"},
     "sesame_grouped": {"side": "sesame", "mirrored": False,
                        "overrides": [*GROUPED_BF16_SETTINGS, "trainer.val_check_interval=0.5"],
                        "label": "`sesame_fast` without the pad multiple: length-grouped batches padded to their longest, bf16 "
@@ -170,16 +175,19 @@ def arm_spec(args: argparse.Namespace, arm: str, task: str) -> dict[str, Any] | 
         return {"side": "sesame", "mirrored": False, "arm_overrides": [*fast, *SWEEP_GRID[choice]], "recipe": choice}
     return {"side": ARMS[arm]["side"], "mirrored": ARMS[arm].get("mirrored", True),
             "arm_overrides": list(ARMS[arm]["overrides"]), "head_init": ARMS[arm].get("head_init"),
-            **{key: ARMS[arm][key] for key in ("grouped", "bf16", "val_per_epoch") if key in ARMS[arm]}}
+            **{key: ARMS[arm][key] for key in ("grouped", "bf16", "val_per_epoch", "presets") if key in ARMS[arm]}}
 
 
 def unit_dir(out: Path, unit: dict[str, Any]) -> Path:
     return out / "units" / unit["task"] / unit["arm"] / f"seed{unit['seed']}"
 
 
-def unit_overrides(args: argparse.Namespace, task: str, seed: int) -> list[str]:
-    """The Hydra overrides both arms compose the task's config with."""
-    out = [f"+experiment={TASKS[task]['preset']}", f"seed={seed}", "trainer.enable_progress_bar=false",
+def unit_overrides(args: argparse.Namespace, task: str, seed: int, presets: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The Hydra overrides both arms compose the task's config with; ``presets``: an arm's own
+    ``conf/experiment`` presets, composed after the task's."""
+    experiments = [TASKS[task]["preset"], *presets]
+    out = [f"+experiment={experiments[0] if len(experiments) == 1 else '[' + ','.join(experiments) + ']'}",
+           f"seed={seed}", "trainer.enable_progress_bar=false",
            "trainer.enable_model_summary=false"]
     if args.quick:
         out += [*QUICK[task], *QUICK_COMMON]

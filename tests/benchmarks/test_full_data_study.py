@@ -178,6 +178,29 @@ def test_the_fast_arm_is_sesame_with_its_speed_settings_and_only_the_plain_arm_i
     assert "sesame_grouped" in fds.SPEED_GOAL_ARMS
 
 
+def test_the_speed_preset_arm_composes_the_tasks_recipe_with_cpu_speed_and_validates_where_hf_fast_does(fds, make_cfg):
+    args = fds.parse_args(["--out", "/tmp/x"])
+    spec = fds.arm_spec(args, "sesame_cpu_speed", "mrpc")
+    assert spec["side"] == "sesame" and not spec["mirrored"] and "sesame_cpu_speed" in fds.SPEED_GOAL_ARMS
+    assert spec["arm_overrides"] == ["trainer.val_check_interval=0.5"]
+    overrides = fds.unit_overrides(args, "mrpc", 1, spec["presets"])
+    assert overrides[0] == "+experiment=[full_mrpc,cpu_speed]" and fds.unit_overrides(args, "mrpc", 1)[0] == "+experiment=full_mrpc"
+    cfg = make_cfg(*overrides, *spec["arm_overrides"])
+    recipe = make_cfg(*fds.unit_overrides(args, "mrpc", 1))
+    assert (cfg.data.group_by_length, cfg.finetune.sparse_embeddings, cfg.encoder.fast_dropout) == (True, True, True)
+    assert cfg.trainer.precision == "auto" and cfg.trainer.max_epochs == recipe.trainer.max_epochs
+    assert cfg.finetune.encoder_lr == recipe.finetune.encoder_lr and cfg.data.train_file == recipe.data.train_file
+
+
+def test_a_study_without_records_restores_nothing_and_keeps_its_report_apart(fds, tmp_path, capsys):
+    out = tmp_path / "own"
+    with pytest.raises(SystemExit, match="report-file"):
+        fds.main(["--out", str(out), "--without-records", "--report", "--tasks", "mrpc"])
+    fds.main(["--out", str(out), "--without-records", "--plan", "--tasks", "mrpc", "--arms", "sesame_cpu_speed,hf_fast",
+              "--seeds", "1"])
+    assert "restored" not in capsys.readouterr().out and not (out / "units").exists()
+
+
 def test_the_sweep_picks_on_held_out_data_and_only_once_every_candidate_finished(fds, tmp_path):
     args = fds.parse_args(["--out", str(tmp_path), "--sweep"])
     units = fds.plan(args)
