@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from sesame.tasks.encoders.low_precision_attention import UNFUSED_ATTENTION_RANGE
 from typing import Any
 
 ROOT = "step_profile.step"
@@ -60,6 +62,7 @@ CAPTURING: dict[str, str] = {
     "aten::scaled_dot_product_attention": "attention",
     "aten::_scaled_dot_product_attention_math": "attention",
     "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+    UNFUSED_ATTENTION_RANGE: "attention",  # sesame's bf16 attention with dropout (encoder.low_precision_attention)
     "aten::cross_entropy_loss": "loss",
     "aten::nll_loss": "loss",
     "aten::nll_loss_nd": "loss",

@@ -27,6 +27,9 @@ from sesame.tasks.encoders.fast_dropout import dropout_keep_mask
 
 #: The attention implementation name the switch gives the model (``config._attn_implementation``).
 ATTENTION_NAME = "sesame_sdpa"
+#: The profiler range :func:`unfused_attention` runs in: a profile (``benchmarks/step_profile.py``) counts its
+#: matmuls, softmax and dropout as attention, as it counts SDPA's.
+UNFUSED_ATTENTION_RANGE = "sesame::unfused_attention"
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -42,16 +45,17 @@ def unfused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """softmax(q kᵀ · scale, masked) with dropout, times v, in the inputs' precision: ``query`` [B, h, Tq, d],
     ``key`` and ``value`` [B, h, Tk, d], ``attn_mask`` broadcastable to [B, h, Tq, Tk] (bool: True where
     attention may look; float: added to the scores) -> [B, h, Tq, d]."""
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    scores = torch.matmul(query * scale, key.transpose(-2, -1))
-    if attn_mask is not None:
-        # the dtype's lowest value, not -inf: a row with nothing to look at stays finite, as SDPA's does
-        scores = (scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min) if attn_mask.dtype == torch.bool
-                  else scores + attn_mask)
-    probs = torch.softmax(scores, dim=-1)
-    keep, keep_scale = dropout_keep_mask(probs.shape, dropout, probs.device)
-    # dropout's 1 / (1 - p) scales the [.., Tq, d] context, not the [.., Tq, Tk] probabilities: a smaller pass
-    return torch.matmul(torch.where(keep, probs, 0), value) * keep_scale
+    with torch.profiler.record_function(UNFUSED_ATTENTION_RANGE):
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        scores = torch.matmul(query * scale, key.transpose(-2, -1))
+        if attn_mask is not None:
+            # the dtype's lowest value, not -inf: a row with nothing to look at stays finite, as SDPA's does
+            scores = (scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min) if attn_mask.dtype == torch.bool
+                      else scores + attn_mask)
+        probs = torch.softmax(scores, dim=-1)
+        keep, keep_scale = dropout_keep_mask(probs.shape, dropout, probs.device)
+        # dropout's 1 / (1 - p) scales the [.., Tq, d] context, not the [.., Tq, Tk] probabilities: a smaller pass
+        return torch.matmul(torch.where(keep, probs, 0), value) * keep_scale
 
 
 def dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

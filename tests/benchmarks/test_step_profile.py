@@ -105,6 +105,26 @@ def test_every_event_of_a_profiled_step_lands_in_exactly_one_part(sa, sst2):
                                     for (b, m, k, n), (calls, flops) in step.gemm_shapes.items())
 
 
+def test_the_bf16_attention_with_dropout_counts_as_attention_forward_and_backward(sa):
+    from sesame.tasks.encoders.low_precision_attention import unfused_attention
+
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    mask = torch.ones(2, 1, 16, 16, dtype=torch.bool)
+    with profile() as prof:
+        with record_function(sa.ROOT):
+            with record_function(sa.FORWARD):
+                out = unfused_attention(q, k, v, mask, 0.1, None)
+            with record_function(sa.BACKWARD):
+                out.float().sum().backward()
+    events = list(prof.events())
+    creators = sa._creators(events)
+    parts = {e.name: sa.part_of(e, creators) for e in events
+             if e.name in ("aten::matmul", "aten::_softmax", "aten::where", "aten::random_", "BmmBackward0",
+                           "SoftmaxBackward0", "WhereBackward0")}
+    assert {"aten::matmul", "aten::_softmax", "aten::random_", "BmmBackward0", "SoftmaxBackward0"} <= set(parts)
+    assert set(parts.values()) == {"attention"}, parts
+
+
 def test_a_linear_layers_flops_are_2mkn_forward_and_4mkn_backward(gp):
     m, k, n = 5, 7, 3
     layer, x = torch.nn.Linear(k, n), torch.randn(m, k, requires_grad=True)
