@@ -146,6 +146,15 @@ def test_the_last_layer_named_explicitly_maps(make_cfg, tiny_bert_dir) -> None:
         torch.testing.assert_close(hf(**batch).logits, trained.module(batch), atol=ATOL, rtol=0)
 
 
+def test_the_exported_model_has_transformers_own_attention_not_sesames_training_one(make_cfg) -> None:
+    """encoder.low_precision_attention gives sesame's encoder its own attention name; transformers' model built from it
+    (and the Trainer side of benchmarks/step_profile.py) runs transformers' SDPA, as the exported folder loads."""
+    trained = _module(make_cfg, "pooling=pooler")
+    assert trained.module.encoder.model.config._attn_implementation == "sesame_sdpa"
+    assert build_hf_model(trained).config._attn_implementation == "sdpa"
+    assert trained.module.encoder.model.config._attn_implementation == "sesame_sdpa"  # sesame's own is left alone
+
+
 def test_regression_maps_onto_one_output(make_cfg, tiny_bert_dir) -> None:
     from transformers import AutoTokenizer
 
