@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sesame.tasks.encoders.low_precision_attention import UNFUSED_ATTENTION_RANGE
-from typing import Any
 
 ROOT = "step_profile.step"
 FORWARD, BACKWARD, CLIP, OPTIMIZER, ZERO_GRAD = "forward", "backward", "clip", "optimizer", "zero_grad"

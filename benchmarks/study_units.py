@@ -58,14 +58,14 @@ ARMS: dict[str, dict[str, Any]] = {
                     "overrides": [*FAST_SETTINGS, "trainer.val_check_interval=0.5"],
                     "label": "the `sesame` arm plus what sesame ships for speed (the Trainer has equivalents, "
                              "`group_by_length` and `bf16`, which its reference recipe leaves off)"},
-    # sesame_fast less the pad multiple (the sweep's SWEEP_SPEED): on short sentences padding grouped batches to 32
-    # tokens costs more than bf16 saves (docs/results/fast_arm_ablation.md: CoLA 1.05x the Trainer's step with it,
-    # grouping alone 0.57x)
     # sesame's speed preset (+experiment=cpu_speed: grouped, precision auto, sparse embeddings, fast dropout) on top
     # of the task's, validated at hf_fast's points
     "sesame_cpu_speed": {"side": "sesame", "mirrored": False, "presets": ["cpu_speed"],
                          "overrides": ["trainer.val_check_interval=0.5"],
                          "label": "sesame's speed preset `+experiment=cpu_speed` on the task's recipe, validated every half epoch"},
+    # sesame_fast less the pad multiple (the sweep's SWEEP_SPEED): on short sentences padding grouped batches to 32
+    # tokens costs more than bf16 saves (docs/results/fast_arm_ablation.md: CoLA 1.05x the Trainer's step with it,
+    # grouping alone 0.57x)
     "sesame_grouped": {"side": "sesame", "mirrored": False,
                        "overrides": [*GROUPED_BF16_SETTINGS, "trainer.val_check_interval=0.5"],
                        "label": "`sesame_fast` without the pad multiple: length-grouped batches padded to their longest, bf16 "

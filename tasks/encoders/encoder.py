@@ -31,7 +31,7 @@ from sesame.tasks.encoders.families import (
 from sesame.tasks.core.errors import ConfigError, MissingFileError
 from sesame.tasks.encoders.model_files import model_folder_errors
 from sesame.tasks.encoders.encoder_settings import EncoderSettings
-from sesame.tasks.encoders.low_precision_attention import ATTENTION_NAME, register_attention
+from sesame.tasks.encoders.low_precision_attention import ATTENTION_NAME, TRANSFORMERS_ATTENTION, register_attention
 from sesame.tasks.encoders.padding_free import PaddingFreeLayout, padding_free_stack_forward, worth_packing
 from sesame.tasks.encoders.summary_layer import runs_at_summary, summary_layer_forward, watched
 
@@ -255,7 +255,7 @@ class Encoder(nn.Module):
         :data:`~sesame.tasks.encoders.low_precision_attention.ATTENTION_NAME` (torch's SDPA, but for training
         attention with dropout under bf16/fp16 autocast on a CPU). Only where it is transformers' ``sdpa``; whether
         it took effect. Not saved with the model: ``config.json`` never records the attention implementation."""
-        if not setting or getattr(self.model.config, "_attn_implementation", None) != "sdpa":
+        if not setting or getattr(self.model.config, "_attn_implementation", None) != TRANSFORMERS_ATTENTION:
             return False
         register_attention()
         self.model.set_attn_implementation(ATTENTION_NAME)

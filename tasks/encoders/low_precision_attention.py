@@ -27,6 +27,9 @@ from sesame.tasks.encoders.fast_dropout import dropout_keep_mask
 
 #: The attention implementation name the switch gives the model (``config._attn_implementation``).
 ATTENTION_NAME = "sesame_sdpa"
+#: transformers' own implementation that :data:`ATTENTION_NAME` stands in for: the switch replaces only it, and a
+#: model rebuilt for transformers (``--format hf``) gets it back.
+TRANSFORMERS_ATTENTION = "sdpa"
 #: The profiler range :func:`unfused_attention` runs in: a profile (``benchmarks/step_profile.py``) counts its
 #: matmuls, softmax and dropout as attention, as it counts SDPA's.
 UNFUSED_ATTENTION_RANGE = "sesame::unfused_attention"

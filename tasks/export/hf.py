@@ -43,7 +43,7 @@ from sesame.tasks.saved.checkpoints import TrainedModel, load_trained
 from sesame.tasks.saved.int8 import is_quantized
 from sesame.tasks.encoders.encoder import ENCODER_INPUT_KEYS
 from sesame.tasks.encoders.families import prune_layout
-from sesame.tasks.encoders.low_precision_attention import ATTENTION_NAME
+from sesame.tasks.encoders.low_precision_attention import ATTENTION_NAME, TRANSFORMERS_ATTENTION
 from sesame.tasks.encoders.pruning import PLAIN_SHAPES, PruningPlan, full_shape_state, head_size, plain_config
 from sesame.tasks.core.errors import ConfigError
 from sesame.tasks.export import as_tuple, check_output_folder, staged_folder, task_export
@@ -157,7 +157,7 @@ def new_hf_model(trained: TrainedModel, task: TaskExport | None = None) -> PreTr
     task.hf_config(config)
     # transformers' own attention, not sesame's training-time one (encoder.low_precision_attention): the model
     # transformers loads from the exported folder, whose config.json records no attention implementation
-    own = {"attn_implementation": "sdpa"} if getattr(config, "_attn_implementation", None) == ATTENTION_NAME else {}
+    own = {"attn_implementation": TRANSFORMERS_ATTENTION} if getattr(config, "_attn_implementation", None) == ATTENTION_NAME else {}
     try:
         return auto_class(task.auto_class).from_config(config, dtype=next(module.encoder.model.parameters()).dtype,
                                                        **own)
