@@ -79,9 +79,17 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_grouped_bf16_sparse": {"side": "sesame", "overrides": [*GROUPED_BF16_SETTINGS,
                                                                    "finetune.sparse_embeddings=true"],
                                    "precision_mirrored": False},
-    # the preset +experiment=cpu_speed: grouped, precision auto (bf16 here), sparse embeddings, fast dropout
+    # the preset +experiment=cpu_speed: grouped, precision auto (bf16 here), sparse embeddings, fast dropout, oneDNN's
+    # primitive cache bounded at 512
     "sesame_cpu_speed": {"side": "sesame", "overrides": ["+experiment=cpu_speed"], "precision_mirrored": False,
                          "grouped": True},
+    # the preset with oneDNN's primitive cache at oneDNN's own 1,024 (trainer.onednn_primitive_cache), or at 256
+    "sesame_cpu_speed_default_cache": {"side": "sesame", "overrides": ["+experiment=cpu_speed",
+                                                                       "trainer.onednn_primitive_cache=null"],
+                                       "precision_mirrored": False, "grouped": True},
+    "sesame_cpu_speed_cache256": {"side": "sesame", "overrides": ["+experiment=cpu_speed",
+                                                                  "trainer.onednn_primitive_cache=256"],
+                                  "precision_mirrored": False, "grouped": True},
     # the full-data study's sesame_fast arm (benchmarks/full_data_study.py ARMS), less its validations
     "sesame_fast": {"side": "sesame", "overrides": FAST_SETTINGS, "precision_mirrored": False},
     "hf": {"side": "hf", "padding": "dynamic", "order": "sesame", "optim": None},

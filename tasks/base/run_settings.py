@@ -174,18 +174,22 @@ class TrainerSettings:
     the closest argument).
 
     A trainer block written before ``early_stopping`` / ``compile`` / ``ddp_timeout_s`` /
-    ``malloc_mmap_threshold_mb`` existed (an older run's) has them off: ``early_stopping`` None, ``compile``
-    false, ``ddp_timeout_s`` None (Lightning's 30 minutes), the threshold glibc's own.
+    ``malloc_mmap_threshold_mb`` / ``onednn_primitive_cache`` existed (an older run's) has them off: ``early_stopping``
+    None, ``compile`` false, ``ddp_timeout_s`` None (Lightning's 30 minutes), the threshold glibc's own, the cache
+    oneDNN's own.
     """
 
     group: ClassVar[str] = "trainer"
     #: sesame's own keys: read here, never passed to Lightning.
-    OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile", "ddp_timeout_s", "malloc_mmap_threshold_mb")
+    OWN_KEYS: ClassVar[tuple[str, ...]] = ("early_stopping", "compile", "ddp_timeout_s", "malloc_mmap_threshold_mb",
+                                           "onednn_primitive_cache")
     early_stopping: EarlyStoppingSettings | None  # tasks/runs/early_stopping.py
     compile: bool  # torch.compile the encoder (tasks/runs/compilation.py)
     ddp_timeout_s: float | None  # the process group's timeout (tasks/runs/process_launch.py)
     #: glibc's mmap threshold fixed at this many MiB for the run (tasks/runs/heap.py); None: glibc's own.
     malloc_mmap_threshold_mb: int | None
+    #: oneDNN's primitive cache bounded at this many primitives for the run (tasks/runs/onednn_cache.py); None: oneDNN's.
+    onednn_primitive_cache: int | None
     # every other key: lightning.Trainer's keyword arguments, as given (a plain dict, so settings pickle and
     # deep-copy with the modules holding them; read it through get / trainer_kwargs, never change it)
     lightning: dict[str, Any] = field(hash=False)
@@ -210,6 +214,10 @@ class TrainerSettings:
                                       or not 1 <= threshold <= 32):
             raise ConfigError(f"trainer.malloc_mmap_threshold_mb={threshold!r}: expected a whole number of MiB "
                               "from 1 to 32 (glibc's range), or null")
+        capacity = kwargs.pop("onednn_primitive_cache", None)
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0):
+            raise ConfigError(f"trainer.onednn_primitive_cache={capacity!r}: expected a whole number of primitives >= 0 "
+                              "(0 keeps none), or null (oneDNN's 1,024)")
         if check:
             check_trainer_keys(kwargs)
         return cls(
@@ -217,6 +225,7 @@ class TrainerSettings:
             compile=compile_encoder,
             ddp_timeout_s=float(timeout) if timeout is not None else None,
             malloc_mmap_threshold_mb=threshold,
+            onednn_primitive_cache=capacity,
             lightning=kwargs,
         )
 

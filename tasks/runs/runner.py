@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sesame.tasks.core.atomic_files import torch_save_atomic, write_json_atomic, write_text_atomic
 from sesame.tasks.runs.heap import fix_mmap_threshold
+from sesame.tasks.runs.onednn_cache import bound_primitive_cache
 from sesame.tasks.runs.precision import resolve_precision
 from sesame.tasks.runs.checkpoint_callbacks import (
     AtomicCheckpointIO,
@@ -253,6 +254,7 @@ def train(settings: RunSettings, run_dir: Path, shared_encoders: Path | None = N
             raise ConfigError("calibrate=true fits a temperature on the dev set: set data.validation_file")
     L.seed_everything(settings.seed, workers=True, verbose=False)
     fix_mmap_threshold(settings.trainer.malloc_mmap_threshold_mb)  # before the run allocates its tensors
+    bound_primitive_cache(settings.trainer.onednn_primitive_cache)  # before oneDNN builds its first primitive
     datamodule = build_datamodule(settings)
     datamodule.setup("fit")
     if not datamodule.has_split("train"):

@@ -83,6 +83,7 @@ def test_a_network_takes_fast_dropout_when_turned_on_or_in_the_cpu_speed_preset(
     preset = "+experiment=cpu_speed" in overrides  # and the preset's other switches, each off by default
     assert (settings.data.group_by_length, settings.finetune.sparse_embeddings) == (preset, preset)
     assert (settings.trainer.lightning.get("precision") == "auto") is preset
+    assert settings.trainer.onednn_primitive_cache == (512 if preset else None)
 
 
 def test_a_zero_rate_drops_nothing():
