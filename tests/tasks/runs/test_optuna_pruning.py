@@ -136,3 +136,16 @@ def test_a_damaged_or_locked_ledger_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="no such trial ledger"):
         with TrialLedger(tmp_path / "missing.json").open():
             pass
+
+
+def test_the_halving_preset_is_the_measured_search_random_sampling_and_successive_halving():
+    """+experiment=optuna_sst2_halving: optuna_sst2's search with the sampler and pruner the 0.5x measurement ran
+    (docs/results/optuna_pruning.md); the hydra config as Hydra composes it."""
+    require("hydra_plugins.hydra_optuna_sweeper")
+    shown = preloaded.run([sys.executable, "-m", "sesame.tasks.cli.train", "+experiment=optuna_sst2_halving",
+                           "--cfg", "hydra"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    sweeper = yaml.safe_load(shown.stdout)["hydra"]["sweeper"]
+    assert sweeper["sampler"] == {"_target_": "optuna.samplers.RandomSampler", "seed": 42}
+    assert (sweeper["pruner"], sweeper["n_trials"]) == ("successive_halving", 24)
+    assert set(sweeper["params"]) == {"finetune.head_lr", "pooling", "fusion"}  # optuna_sst2's search space
