@@ -103,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-sizes", default="1024,2048,4096",
                         help="square GEMM sizes of the peak (default 1024,2048,4096)")
     parser.add_argument("--peak-seconds", type=float, default=0.3, help="least seconds per timed GEMM shape (default 0.3)")
+    parser.add_argument("--pick", choices=("median", "full"), default=None,
+                        help="the batch profiled: the first full batch whose padded length is the epoch's median "
+                        "(median) or the longest allowed (full); default: median for SST-2, full for SQuAD")
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/step_profile"))
     parser.add_argument("--quick", action="store_true",
                         help="pipeline check: a tiny random encoder, the shipped slices, 2 rounds, small peaks")
@@ -370,7 +373,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rates, workloads = RateCache(args.peak_seconds), {}
     for name in args.tasks:
         total = args.warmup + args.steps
-        workload = build_workload(name, encoder, args.quick, args.squad_questions, total, args.out / "runs" / "trainer")
+        workload = build_workload(name, encoder, args.quick, args.squad_questions, total, args.out / "runs" / "trainer",
+                                  args.pick)
         print(f"[{name}] batch {workload.batch_info}", flush=True)
         entry = {"batch": workload.batch_info, "overrides": workload.overrides, "outputs_fp32": compare_outputs(workload),
                  "sides": {s.name: s.info for s in workload.sides}, "precisions": {}}

@@ -171,9 +171,10 @@ def workload_overrides(name: str, encoder: str, quick: bool, squad_questions: in
 
 
 def build_workload(name: str, encoder: str, quick: bool, squad_questions: int, total_steps: int,
-                   work_dir: Path) -> Workload:
+                   work_dir: Path, pick: str | None = None) -> Workload:
     """Data, the batch, sesame's module and the Trainer's model with the same weights, both sides' optimisers
-    (schedules over ``total_steps``); ``work_dir``: the Trainer's output folder (nothing is saved)."""
+    (schedules over ``total_steps``); ``work_dir``: the Trainer's output folder (nothing is saved); ``pick``: which
+    batch (:func:`pick_batch`'s rule; None: the workload's own)."""
     from omegaconf import OmegaConf
 
     from sesame.tasks.runs.runner import build_datamodule
@@ -187,7 +188,7 @@ def build_workload(name: str, encoder: str, quick: bool, squad_questions: int, t
     cfg = OmegaConf.merge(cfg, datamodule.config_updates())  # what the data decides (label sets)
     loader = datamodule.train_dataloader()
     indices, choice = pick_batch(list(loader.batch_sampler), datamodule.example_lengths("train"), spec["batch_size"],
-                                 spec["pick"], int(cfg.data.max_seq_length))
+                                 pick or spec["pick"], int(cfg.data.max_seq_length))
     module = build_module(RunSettings.from_config(cfg))
     trained = trained_model(module)
     sesame = sesame_side(module, datamodule.dataset("train"), indices, loader.collate_fn, cfg, total_steps)

@@ -155,6 +155,11 @@ def test_both_sides_see_the_same_batch_and_compute_the_same_fp32_loss_from_the_s
     squad = sides.build_workload("squad256", str(tiny_bert_dir), True, 0, 4, tmp_path)
     assert squad.batch_info["same_input_ids"] and tuple(squad.sesame.batch["input_ids"].shape) == (12, 256)
     assert sides.compare_outputs(squad)["outputs_max_abs_diff"] < 1e-5  # the context logits; the losses differ by design
+    # --pick median: the epoch's median-length batch instead of full windows
+    median = sides.build_workload("squad256", str(tiny_bert_dir), True, 0, 4, tmp_path, pick="median")
+    assert (median.batch_info["rule"], squad.batch_info["rule"]) == ("median", "full")
+    assert median.batch_info["padded_length"] == median.batch_info["target_padded_length"] == \
+        median.batch_info["median_padded_length"]
 
 
 def test_pick_batch_takes_the_first_batch_nearest_the_target_length(sides):
