@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -27,8 +28,8 @@ SCRIPT = (
 
 
 def cache_events(capacity: str, env: dict[str, str] | None = None) -> tuple[str, list[str]]:
-    import os
-
+    """(the capacity line the script prints, oneDNN's create:cache_* events for the two products) in a fresh process
+    whose environment lacks oneDNN's variable, plus ``env``."""
     run_env = {k: v for k, v in os.environ.items() if k != CAPACITY_VARIABLE} | (env or {})
     out = subprocess.run([sys.executable, "-c", SCRIPT, capacity], capture_output=True, text=True, check=True,
                          env=run_env).stdout
@@ -52,4 +53,4 @@ def test_the_setting_is_typed_and_a_bad_one_is_one_clear_error(make_cfg, monkeyp
         with pytest.raises(ConfigError, match=r"onednn_primitive_cache=.*whole number of primitives >= 0"):
             RunSettings.from_config(make_cfg(f"trainer.onednn_primitive_cache={bad}"))
     monkeypatch.delenv(CAPACITY_VARIABLE, raising=False)
-    assert bound_primitive_cache(None) is None and CAPACITY_VARIABLE not in __import__("os").environ
+    assert bound_primitive_cache(None) is None and CAPACITY_VARIABLE not in os.environ
