@@ -63,6 +63,12 @@ ARMS: dict[str, dict[str, Any]] = {
     "sesame_cpu_speed": {"side": "sesame", "mirrored": False, "presets": ["cpu_speed"],
                          "overrides": ["trainer.val_check_interval=0.5"],
                          "label": "sesame's speed preset `+experiment=cpu_speed` on the task's recipe, validated every half epoch"},
+    # the GLUE preset (+experiment=glue_fast: cpu_speed plus the held-out sweep's recipe, mean pooling at 1e-4) on top of
+    # the task's, validated at hf_fast's points; GLUE only (a recipe for sentence vectors)
+    "sesame_glue_fast": {"side": "sesame", "mirrored": False, "presets": ["glue_fast"],
+                         "overrides": ["trainer.val_check_interval=0.5"],
+                         "label": "sesame's GLUE preset `+experiment=glue_fast` (the speed preset plus the held-out "
+                                  "sweep's recipe: mean pooling, lr 1e-4) on the task's recipe, validated every half epoch"},
     # sesame_fast less the pad multiple (the sweep's SWEEP_SPEED): on short sentences padding grouped batches to 32
     # tokens costs more than bf16 saves (docs/results/fast_arm_ablation.md: CoLA 1.05x the Trainer's step with it,
     # grouping alone 0.57x)
@@ -84,6 +90,8 @@ ARMS: dict[str, dict[str, Any]] = {
 #: metric; ties go to the earlier candidate) becomes the `sesame_best` arm: trained on the whole training
 #: file with every seed of the task, scored on dev like every other arm.
 SWEEP_TASKS = ["rte", "mrpc", "stsb", "cola", "sst2"]
+#: arms of a sentence-vector recipe, planned for the GLUE tasks alone
+GLUE_ONLY_ARMS = ("sesame_best", "sesame_glue_fast")
 SWEEP_COMMON = ["data.holdout_fraction=0.1", "data.holdout_seed=1"]
 #: The sweep's speed settings (fixed when it started: sesame_fast's then, before data.pad_to_multiple_of).
 SWEEP_SPEED = ["data.group_by_length=true", "trainer.precision=bf16-mixed", "trainer.val_check_interval=0.5"]
@@ -126,7 +134,7 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     for task in args.tasks:
         seeds = args.seeds or TASKS[task]["seeds"]
         for seed in range(1, seeds + 1):
-            arms = [a for a in args.arms if a != "sesame_best" or task in SWEEP_TASKS]
+            arms = [a for a in args.arms if a not in GLUE_ONLY_ARMS or task in SWEEP_TASKS]
             arms = arms if seed % 2 == 1 else list(reversed(arms))
             units += [{"task": task, "arm": arm, "seed": seed} for arm in arms]
     return units

@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.benchmarks import BENCHMARKS, load_benchmark
 
@@ -190,6 +191,28 @@ def test_the_speed_preset_arm_composes_the_tasks_recipe_with_cpu_speed_and_valid
     assert (cfg.data.group_by_length, cfg.finetune.sparse_embeddings, cfg.encoder.fast_dropout) == (True, True, True)
     assert cfg.trainer.precision == "auto" and cfg.trainer.max_epochs == recipe.trainer.max_epochs
     assert cfg.finetune.encoder_lr == recipe.finetune.encoder_lr and cfg.data.train_file == recipe.data.train_file
+
+
+def test_the_glue_preset_arm_is_the_speed_preset_plus_the_held_out_recipe_on_glue_tasks_only(fds, make_cfg):
+    args = fds.parse_args(["--out", "/tmp/x"])
+    spec = fds.arm_spec(args, "sesame_glue_fast", "rte")
+    assert spec["side"] == "sesame" and not spec["mirrored"] and "sesame_glue_fast" in fds.SPEED_GOAL_ARMS
+    overrides = fds.unit_overrides(args, "rte", 1, spec["presets"])
+    assert overrides[0] == "+experiment=[full_rte,glue_fast]"
+    cfg = make_cfg(*overrides, *spec["arm_overrides"])
+    speed = make_cfg(*fds.unit_overrides(args, "rte", 1, ["cpu_speed"]))
+    recipe = make_cfg(*fds.unit_overrides(args, "rte", 1))
+    for key in ("data.group_by_length", "trainer.precision", "trainer.onednn_primitive_cache",
+                "finetune.sparse_embeddings", "encoder.fast_dropout"):  # every switch of the speed preset
+        assert OmegaConf.select(cfg, key) == OmegaConf.select(speed, key), key
+    assert (cfg.pooling.name, cfg.finetune.encoder_lr, cfg.finetune.head_lr) == ("mean", 1e-4, 1e-4)
+    winner = dict(item.split("=") for item in fds.SWEEP_GRID["mean_1e-4"])  # the sweep's held-out winner
+    assert (winner["pooling"], float(winner["finetune.encoder_lr"])) == (cfg.pooling.name, cfg.finetune.encoder_lr)
+    assert cfg.trainer.val_check_interval == 0.5 and cfg.trainer.max_epochs == recipe.trainer.max_epochs
+    assert cfg.data.batch_size == recipe.data.batch_size and recipe.pooling.name == "pooler"
+    study = fds.parse_args(["--out", "/tmp/x", "--arms", "sesame_glue_fast,hf_fast", "--tasks", "rte,wnut17", "--seeds", "1"])
+    assert [(u["task"], u["arm"]) for u in fds.plan(study)] == [("rte", "sesame_glue_fast"), ("rte", "hf_fast"),
+                                                                ("wnut17", "hf_fast")]
 
 
 def test_a_study_without_records_restores_nothing_and_keeps_its_report_apart(fds, tmp_path, capsys):
