@@ -12,7 +12,7 @@ from typing import Any
 
 from study_goals import goal_lines
 from study_records import attempts_cpu_cell, attempts_on_record, load_results, write_run_records
-from study_time_to_target import SPEED_REF, mean_time_to_accuracy, time_to_accuracy
+from study_time_to_target import SPEED_REF, mean_time_to_accuracy, reach, time_to_accuracy
 from study_units import (
     ARMS,
     SWEEP_COMMON,
@@ -114,6 +114,42 @@ def sweep_section(args: argparse.Namespace) -> list[str]:
     metrics = {t: next(iter(found[t].values()))["main_metric"].removeprefix("val_") for t in tasks}
     lines += ["", "Metrics: " + ", ".join(f"{t} {m}" for t, m in metrics.items()) + ". Winners in bold"
               + ("" if len(chosen) == len(tasks) else "; a task without one has candidates still running") + ".", ""]
+    return lines + held_out_time_section(found, grid, tasks)
+
+
+def held_out_time_section(found: dict[str, dict[str, dict[str, Any]]], grid: list[str], tasks: list[str]) -> list[str]:
+    """Item 4's other half, time to accuracy on held-out data: per candidate and task, the first validation at which
+    the held-out curve reaches the final held-out metric of the task's own recipe (the grid's first candidate)."""
+    base = grid[0]
+    tasks = [t for t in tasks if base in found[t] and held_out_score(found[t][base]) is not None]
+    if not tasks:
+        return []
+    firsts: dict[str, dict[str, float]] = {t: {} for t in tasks}
+    lines = ["Time to accuracy on the same held-out data: the epoch (training CPU minutes) at each candidate's first "
+             f"validation that reaches `{base}`'s final held-out metric (the task's own recipe); — never. Epochs "
+             "compare across candidates whatever machine ran them. The GLUE preset `glue_fast` takes, of the candidates "
+             "that reach it on every task, the one with the best final held-out metric on the most tasks.", "",
+             "| candidate | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for c in grid:
+        cells = []
+        for t in tasks:
+            r = found[t].get(c)
+            target = held_out_score(found[t][base])
+            cpu = reach(r["history"], r["main_metric"], target, "train_cpu_s") if r else None
+            epoch = reach(r["history"], r["main_metric"], target, "epoch") if r else None
+            if epoch is not None:
+                firsts[t][c] = epoch
+            cells.append("—" if epoch is None else f"{epoch:.1f} ({cpu / 60:.1f})")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    first = {c: sum(bool(firsts[t]) and firsts[t].get(c) == min(firsts[t].values()) for t in tasks) for c in grid}
+    everywhere = [c for c in grid if all(c in firsts[t] for t in tasks)]
+    best = {c: sum(held_out_score(found[t][c]) == max(held_out_score(r) for r in found[t].values()
+                                                      if held_out_score(r) is not None)
+                   for t in tasks if c in found[t]) for c in everywhere}
+    pick = max(everywhere, key=lambda c: (best[c], -grid.index(c))) if everywhere else None
+    lines += ["", "First to the target (ties shared): " + ", ".join(f"{c} {n} of {len(tasks)}" for c, n in first.items() if n)
+              + ". Reach it on every task: " + (", ".join(f"{c} (best final on {best[c]})" for c in everywhere) or "none")
+              + (f". Chosen: **{pick}**." if pick else "."), ""]
     return lines
 
 

@@ -256,6 +256,9 @@ def test_the_sweep_picks_on_held_out_data_and_only_once_every_candidate_finished
     assert (records / "sweep" / "rte_sweep-mean_lora_seed1.json").is_file() and not list(records.glob("*.json"))
     text = "\n".join(fds.sweep_section(study))
     assert "| mean_2e-5 | `pooling=mean` | **0.6600 (0.3)** |" in text and "| cls_2e-5 | `pooling=cls` | 0.6100 (0.3) |" in text
+    # time to accuracy on held-out: to pooler_2e-5's final 0.60; pooler_5e-5 (0.58) never gets there, so it cannot be chosen
+    assert "| mean_2e-5 | 2.0 (0.3) |" in text and "| pooler_5e-5 | — |" in text
+    assert "Chosen: **mean_2e-5**" in text and "pooler_5e-5 (best" not in text
 
 
 def test_committed_run_records_restore_as_finished_units_and_write_back_unchanged(fds, tmp_path):
