@@ -88,6 +88,8 @@ from study_arms import child, init_task_layer_as_sesame, validation_steps  # noq
 from study_clock import TrainClock  # noqa: E402, F401
 from study_goals import (  # noqa: E402, F401
     SPEED_GOAL_ARMS,
+    SPEED_GOAL_RATIO,
+    SPEED_GOAL_TASKS,
     fastest_held_arm,
     goal_lines,
     speed_arm_reaches,

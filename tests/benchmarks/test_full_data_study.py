@@ -215,6 +215,18 @@ def test_the_glue_preset_arm_is_the_speed_preset_plus_the_held_out_recipe_on_glu
                                                                 ("wnut17", "hf_fast")]
 
 
+def test_the_committed_glue_fast_study_meets_the_speed_goal_as_the_readme_says(fds):
+    """README and docs/speed.md: one preset reaches the Trainer at its best's final dev metric in <= 0.7x its CPU on
+    the five GLUE tasks, its metric held, every unit of a row on one machine (docs/results/glue_fast_study)."""
+    records = fds.load_records(fds.REPO / "docs" / "results" / "glue_fast_study" / "runs")
+    reaches = fds.speed_arm_reaches(records)
+    cells = {task: fds.fastest_held_arm(records, task, reaches) for task in fds.SWEEP_TASKS}
+    assert all(cell is not None and cell[1] == "sesame_glue_fast" for cell in cells.values()), cells
+    assert sum(cell[0] <= fds.SPEED_GOAL_RATIO for cell in cells.values()) >= fds.SPEED_GOAL_TASKS, cells
+    assert {r["arm"] for r in records} == {"sesame_glue_fast", "hf_fast"}
+    assert all("+experiment=[full_" + r["task"] + ",glue_fast]" in r["overrides"] for r in records if r["arm"] != "hf_fast")
+
+
 def test_a_study_without_records_restores_nothing_and_keeps_its_report_apart(fds, tmp_path, capsys):
     out = tmp_path / "own"
     with pytest.raises(SystemExit, match="report-file"):
