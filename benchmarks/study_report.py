@@ -114,14 +114,17 @@ def sweep_section(args: argparse.Namespace) -> list[str]:
     metrics = {t: next(iter(found[t].values()))["main_metric"].removeprefix("val_") for t in tasks}
     lines += ["", "Metrics: " + ", ".join(f"{t} {m}" for t, m in metrics.items()) + ". Winners in bold"
               + ("" if len(chosen) == len(tasks) else "; a task without one has candidates still running") + ".", ""]
-    return lines + held_out_time_section(found, grid, tasks)
+    return lines + held_out_time_section(found, grid, tasks, chosen)
 
 
-def held_out_time_section(found: dict[str, dict[str, dict[str, Any]]], grid: list[str], tasks: list[str]) -> list[str]:
+def held_out_time_section(found: dict[str, dict[str, dict[str, Any]]], grid: list[str], tasks: list[str],
+                          chosen: dict[str, str]) -> list[str]:
     """Item 4's other half, time to accuracy on held-out data: per candidate and task, the first validation at which
-    the held-out curve reaches the final held-out metric of the task's own recipe (the grid's first candidate)."""
+    the held-out curve reaches the final held-out metric of the task's own recipe (the grid's first candidate);
+    ``chosen``: each task's winner on the final held-out metric (:func:`chosen_recipes`)."""
     base = grid[0]
-    tasks = [t for t in tasks if base in found[t] and held_out_score(found[t][base]) is not None]
+    targets = {t: held_out_score(found[t][base]) for t in tasks if base in found[t]}
+    tasks = [t for t in tasks if targets.get(t) is not None]
     if not tasks:
         return []
     firsts: dict[str, dict[str, float]] = {t: {} for t in tasks}
@@ -134,18 +137,16 @@ def held_out_time_section(found: dict[str, dict[str, dict[str, Any]]], grid: lis
         cells = []
         for t in tasks:
             r = found[t].get(c)
-            target = held_out_score(found[t][base])
-            cpu = reach(r["history"], r["main_metric"], target, "train_cpu_s") if r else None
-            epoch = reach(r["history"], r["main_metric"], target, "epoch") if r else None
-            if epoch is not None:
-                firsts[t][c] = epoch
-            cells.append("—" if epoch is None else f"{epoch:.1f} ({cpu / 60:.1f})")
+            epoch = reach(r["history"], r["main_metric"], targets[t], "epoch") if r else None
+            if epoch is None:
+                cells.append("—")
+                continue
+            firsts[t][c] = epoch
+            cells.append(f"{epoch:.1f} ({reach(r['history'], r['main_metric'], targets[t], 'train_cpu_s') / 60:.1f})")
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     first = {c: sum(bool(firsts[t]) and firsts[t].get(c) == min(firsts[t].values()) for t in tasks) for c in grid}
     everywhere = [c for c in grid if all(c in firsts[t] for t in tasks)]
-    best = {c: sum(held_out_score(found[t][c]) == max(held_out_score(r) for r in found[t].values()
-                                                      if held_out_score(r) is not None)
-                   for t in tasks if c in found[t]) for c in everywhere}
+    best = {c: sum(chosen.get(t) == c for t in tasks) for c in everywhere}
     pick = max(everywhere, key=lambda c: (best[c], -grid.index(c))) if everywhere else None
     lines += ["", "First to the target (ties shared): " + ", ".join(f"{c} {n} of {len(tasks)}" for c, n in first.items() if n)
               + ". Reach it on every task: " + (", ".join(f"{c} (best final on {best[c]})" for c in everywhere) or "none")
